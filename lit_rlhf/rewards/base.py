@@ -1,0 +1,34 @@
+"""The reward protocol: every reward in lit-rlhf (and any user reward) is a callable of this shape.
+
+Rewards are injected by class path in YAML; the PPO module never imports a concrete reward.
+Completions are untrusted model output: a reward must never ``eval``/``exec`` them and must bound
+the time it spends on one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from lit_rlhf.types import RewardOutput
+
+
+@runtime_checkable
+class RewardFunction(Protocol):
+    """Scores a batch of completions.
+
+    Args:
+        prompts: [B] rendered prompt texts.
+        completions: [B] decoded response texts.
+        rows: [B] the data rows the prompts came from (targets, reference answers, ...).
+
+    Returns:
+        RewardOutput with ``scores`` [B] float32 and optional per-sample ``info`` tensors [B].
+    """
+
+    def __call__(
+        self,
+        prompts: Sequence[str],
+        completions: Sequence[str],
+        rows: Sequence[Mapping[str, Any]],
+    ) -> RewardOutput: ...
