@@ -1,0 +1,42 @@
+"""Pure tensor math of RL fine-tuning: masking, advantages, KL, PPO losses, entropy.
+
+Depends on torch only (no Lightning, no transformers), so it can be reused or tested anywhere.
+Mask convention: bool, True = the token counts.
+"""
+
+from lit_rlhf.algos.advantages import gae, group_advantages, rloo_advantages, token_level_rewards
+from lit_rlhf.algos.entropy import entropy_from_logits, token_log_probs
+from lit_rlhf.algos.kl import AdaptiveKLController, KLEstimator, kl_penalty
+from lit_rlhf.algos.masking import masked_mean, masked_sum, masked_var, masked_whiten
+from lit_rlhf.algos.ppo_losses import (
+    AggregationMode,
+    PolicyLossStats,
+    ValueLossStats,
+    aggregate_loss,
+    clipped_policy_loss,
+    clipped_value_loss,
+    explained_variance,
+)
+
+__all__ = [
+    "AdaptiveKLController",
+    "AggregationMode",
+    "KLEstimator",
+    "PolicyLossStats",
+    "ValueLossStats",
+    "aggregate_loss",
+    "clipped_policy_loss",
+    "clipped_value_loss",
+    "entropy_from_logits",
+    "explained_variance",
+    "gae",
+    "group_advantages",
+    "kl_penalty",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "rloo_advantages",
+    "token_level_rewards",
+    "token_log_probs",
+]
