@@ -1,0 +1,15 @@
+"""Reward functions: callables ``(prompts, completions, rows) -> RewardOutput``."""
+
+from lit_rlhf.rewards.base import RewardFunction
+from lit_rlhf.rewards.combine import WeightedRewards
+from lit_rlhf.rewards.countdown import CountdownReward
+from lit_rlhf.rewards.math import MathReward
+from lit_rlhf.rewards.simple import DigitFractionReward
+
+__all__ = [
+    "CountdownReward",
+    "DigitFractionReward",
+    "MathReward",
+    "RewardFunction",
+    "WeightedRewards",
+]
