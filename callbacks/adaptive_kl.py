@@ -1,0 +1,64 @@
+"""Adaptive KL coefficient (Ziegler et al. 2019, arXiv 1909.08593, eq. 2) as a callback.
+
+Protocol: the module has a float attribute ``kl_coef`` that its loss/reward reads each step, and
+its ``training_step`` returns a dict with ``"kl"``, the measured per-sequence KL to the reference.
+The controller state is checkpointed and re-applied on ``on_train_start``, so a resumed run uses
+the coefficient it had reached, not the initial one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning import Callback, LightningModule, Trainer
+from typing_extensions import override
+
+from lit_rlhf.algos import AdaptiveKLController
+
+
+class AdaptiveKL(Callback):
+    """Args:
+    init_kl_coef: starting coefficient (the module's ``kl_coef`` must also be > 0 so that it
+        loads a reference model).
+    target: target KL per sequence (nats).
+    horizon: adaptation horizon, in sequences.
+    """
+
+    def __init__(
+        self, init_kl_coef: float = 0.1, target: float = 6.0, horizon: int = 10000
+    ) -> None:
+        if init_kl_coef <= 0 or target <= 0 or horizon <= 0:
+            raise ValueError(
+                "AdaptiveKL needs init_kl_coef > 0, target > 0 and horizon > 0; got "
+                f"{init_kl_coef}, {target}, {horizon}"
+            )
+        self.controller = AdaptiveKLController(init_kl_coef, target=target, horizon=horizon)
+
+    @override
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not hasattr(pl_module, "kl_coef") or getattr(pl_module, "ref_policy", True) is None:
+            raise ValueError(
+                f"AdaptiveKL needs a module with a reference model and a `kl_coef` attribute; "
+                f"{type(pl_module).__name__} has none. Fix: set model.init_args.kl_coef > 0."
+            )
+        pl_module.kl_coef = self.controller.value
+
+    @override
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not isinstance(outputs, dict) or "kl" not in outputs:
+            raise ValueError("AdaptiveKL: training_step must return a dict with a 'kl' entry")
+        kl = trainer.strategy.reduce(torch.as_tensor(outputs["kl"]).float(), reduce_op="mean")
+        n = len(batch["prompt"]) * getattr(pl_module.hparams, "samples_per_prompt", 1)
+        pl_module.kl_coef = self.controller.update(float(kl), n * trainer.world_size)
+        pl_module.log("ppo/kl_coef_adaptive", pl_module.kl_coef, on_step=True)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return self.controller.state_dict()
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.controller.load_state_dict(state_dict)

@@ -1,0 +1,84 @@
+"""Plot logged metrics per training step to a PNG at the end of fit."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from typing_extensions import override
+
+
+class MetricsPlot(Callback):
+    """Records ``metrics`` from ``trainer.callback_metrics`` after every training batch and writes
+    one panel per metric to ``<log_dir>/<filename>`` when fit ends (and at every checkpoint load
+    the history comes back, so a resumed run plots the whole curve).
+
+    Args:
+        metrics: logged keys to plot, e.g. ``["reward/mean", "rollout/response_length"]``.
+        filename: PNG name inside the logger's folder (or the trainer's root dir).
+        smoothing: window of the moving average drawn over each raw curve (1 = off).
+    """
+
+    def __init__(
+        self,
+        metrics: list[str] | None = None,
+        filename: str = "metrics.png",
+        smoothing: int = 5,
+    ) -> None:
+        if smoothing < 1:
+            raise ValueError(f"smoothing must be >= 1, got {smoothing}")
+        self.metrics = metrics or ["reward/mean"]
+        self.filename = filename
+        self.smoothing = smoothing
+        self.history: dict[str, list[float]] = {m: [] for m in self.metrics}
+        self.path: str | None = None
+
+    @override
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        for name in self.metrics:
+            value = trainer.callback_metrics.get(name)
+            if value is not None:
+                self.history[name].append(float(value))
+
+    @override
+    @rank_zero_only
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(len(self.metrics), 1, figsize=(7, 2.6 * len(self.metrics)))
+        axes_list = axes if len(self.metrics) > 1 else [axes]
+        for ax, name in zip(axes_list, self.metrics, strict=True):
+            ys = self.history[name]
+            ax.plot(range(1, len(ys) + 1), ys, alpha=0.4, label="per step")
+            k = min(self.smoothing, len(ys))
+            if k > 1:
+                smooth = [
+                    sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
+                    for i in range(len(ys))
+                ]
+                ax.plot(range(1, len(ys) + 1), smooth, label=f"mean of last {k}")
+            ax.set_ylabel(name)
+            ax.legend(loc="best", fontsize=8)
+        axes_list[-1].set_xlabel("rollout step")
+        fig.tight_layout()
+        folder = trainer.log_dir or trainer.default_root_dir
+        os.makedirs(folder, exist_ok=True)
+        self.path = os.path.join(folder, self.filename)
+        fig.savefig(self.path, dpi=100)
+        plt.close(fig)
+        rank_zero_info(f"MetricsPlot: wrote {self.path}")
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = {m: list(state_dict["history"].get(m, [])) for m in self.metrics}

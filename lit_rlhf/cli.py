@@ -1,0 +1,35 @@
+"""``lit-rlhf fit|validate|test --config ...``: one LightningCLI for every module and DataModule.
+
+Every cross-component link lives here:
+- ``data.tokenizer`` (the DataModule's loaded tokenizer) -> ``model.init_args.tokenizer``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from lightning import LightningDataModule, LightningModule
+from lightning.pytorch.cli import LightningCLI
+
+
+class LitRLHFCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        parser.link_arguments("data.tokenizer", "model.init_args.tokenizer", apply_on="instantiate")
+
+
+def main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return LitRLHFCLI(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        run=run,
+    )
+
+
+if __name__ == "__main__":
+    main()

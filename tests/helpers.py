@@ -1,0 +1,35 @@
+"""Small shared pieces for tests: a prompt loader without the DataModule, and a toy reward."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from lit_rlhf.types import RewardOutput
+
+
+def prompt_loader(tokenizer: Any, prompts: list[str], batch_size: int) -> DataLoader:
+    def collate(items: list[str]) -> dict[str, Any]:
+        enc = tokenizer(items, return_tensors="pt", padding=True)
+        return {
+            "input_ids": enc.input_ids,
+            "attention_mask": enc.attention_mask.bool(),
+            "prompt": items,
+            "query_id": items,
+            "task": ["toy"] * len(items),
+            "row": [{} for _ in items],
+        }
+
+    return DataLoader(prompts, batch_size=batch_size, collate_fn=collate)
+
+
+class ConstantReward:
+    """Scores every completion with ``value`` (NaN to exercise error paths)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __call__(self, prompts: Any, completions: Any, rows: Any) -> RewardOutput:
+        return RewardOutput(torch.full((len(completions),), self.value))

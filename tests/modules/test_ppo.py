@@ -1,0 +1,130 @@
+import lightning as L
+import pytest
+import torch
+
+from lit_rlhf.models import load_tokenizer
+from lit_rlhf.modules import PPOModule
+from lit_rlhf.modules.ppo_update import PPOUpdate
+from lit_rlhf.rollout import HFGenerationEngine
+from tests.helpers import ConstantReward, prompt_loader
+
+PROMPTS = [f"Using the numbers [{i}, {i + 3}]" for i in range(16)]
+
+
+class DigitsReward:
+    def __call__(self, prompts, completions, rows):
+        from lit_rlhf.types import RewardOutput
+
+        scores = [
+            sum(c.isdigit() for c in x) / max(1, len(x.replace(" ", ""))) for x in completions
+        ]
+        return RewardOutput(torch.tensor(scores))
+
+
+def make_module(tiny_model_dir, **kwargs):
+    defaults = dict(
+        reward=DigitsReward(),
+        model=tiny_model_dir,
+        tokenizer=load_tokenizer(tiny_model_dir),
+        engine=HFGenerationEngine(max_new_tokens=8),
+        lr=1e-3,
+        critic_lr=1e-3,
+        micro_batch_size=4,
+    )
+    defaults.update(kwargs)
+    return PPOModule(**defaults)
+
+
+def trainer(tmp_path, **kwargs):
+    defaults = dict(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    defaults.update(kwargs)
+    return L.Trainer(**defaults)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(advantage="grpo"),
+        dict(advantage="rloo", kl_coef=0.05, kl_in="loss"),
+        dict(advantage="gae", critic="separate", kl_coef=0.05, kl_in="reward"),
+        dict(advantage="gae", critic="value_head", ppo_epochs=2, mini_batch_size=4),
+    ],
+    ids=["grpo", "rloo-kl-loss", "gae-critic-kl-reward", "gae-value-head"],
+)
+def test_every_trainable_parameter_changes(tiny_model_dir, tmp_path, kwargs):
+    module = make_module(tiny_model_dir, **kwargs)
+    module.configure_model()
+    before = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
+    trainer(tmp_path, limit_train_batches=2).fit(
+        module, prompt_loader(module.tokenizer, PROMPTS, 4)
+    )
+    unchanged = [
+        n for n, p in module.named_parameters() if n in before and torch.equal(p, before[n])
+    ]
+    assert not unchanged, unchanged
+    if module.ref_policy is not None:  # the reference stays frozen
+        assert not any(p.requires_grad for p in module.ref_policy.parameters())
+    assert module.rollout_step == 2
+
+
+def _gradients(module, rollout, micro):
+    module.hparams.micro_batch_size = micro
+    module.zero_grad()
+    PPOUpdate(module, rollout, use_current_as_old=False).run_minibatch(torch.arange(len(rollout)))
+    return {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean"])
+def test_micro_batch_accumulation_equals_one_pass(tiny_model_dir, loss_agg):
+    module = make_module(tiny_model_dir, advantage="gae", loss_agg=loss_agg)
+    module.configure_model()
+    module.trainer = L.Trainer(logger=False, enable_progress_bar=False)
+    module.manual_backward = lambda loss: loss.backward()
+    batch = next(iter(prompt_loader(module.tokenizer, PROMPTS[:4], 4)))
+    torch.manual_seed(0)
+    rollout = module.collect_rollout(batch, greedy=False)
+    module.score(rollout)
+    module.prepare_update(rollout)
+    full = _gradients(module, rollout, micro=16)
+    accumulated = _gradients(module, rollout, micro=3)
+    assert full.keys() == accumulated.keys()
+    for name in full:
+        torch.testing.assert_close(accumulated[name], full[name], atol=1e-6, rtol=1e-4)
+
+
+def test_nan_reward_is_a_clear_error(tiny_model_dir, tmp_path):
+    module = make_module(tiny_model_dir, reward=ConstantReward(float("nan")))
+    with pytest.raises(ValueError, match="expected 8 finite floats"):
+        trainer(tmp_path, limit_train_batches=1).fit(
+            module, prompt_loader(module.tokenizer, PROMPTS[:2], 2)
+        )
+
+
+def test_grpo_needs_several_samples(tiny_model_dir):
+    with pytest.raises(ValueError, match="samples_per_prompt >= 2"):
+        make_module(tiny_model_dir, samples_per_prompt=1)
+
+
+def test_resume_continues_counters(tiny_model_dir, tmp_path):
+    loader = prompt_loader(load_tokenizer(tiny_model_dir), PROMPTS, 4)
+    first = make_module(tiny_model_dir, ppo_epochs=2, kl_coef=0.1)
+    t1 = trainer(tmp_path, limit_train_batches=2)
+    t1.fit(first, loader)
+    first.kl_coef = 0.37  # as if an adaptive controller had moved it
+    ckpt = tmp_path / "a.ckpt"
+    t1.save_checkpoint(ckpt)
+    resumed = make_module(tiny_model_dir, ppo_epochs=2, kl_coef=0.1)
+    t2 = trainer(tmp_path, limit_train_batches=2, max_epochs=2)
+    t2.fit(resumed, loader, ckpt_path=ckpt)
+    assert t1.global_step == 4  # 2 rollouts x 2 optimizer steps (ppo_epochs=2)
+    assert t2.global_step == 8  # the second epoch continues the count
+    assert resumed.rollout_step == 4
+    assert resumed.kl_coef == pytest.approx(0.37)

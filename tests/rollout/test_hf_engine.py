@@ -1,0 +1,49 @@
+import pytest
+import torch
+
+from lit_rlhf.models import load_causal_lm, load_tokenizer
+from lit_rlhf.modules.policy_forward import forward_response
+from lit_rlhf.rollout import HFGenerationEngine, response_mask_from_eos
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return load_tokenizer(tiny_model_dir), load_causal_lm(tiny_model_dir)
+
+
+def test_mask_stops_after_first_eos():
+    ids = torch.tensor([[5, 1, 7, 1], [5, 6, 7, 8]])  # eos id 1
+    mask = response_mask_from_eos(ids, 1)
+    assert mask.tolist() == [[True, True, False, False], [True, True, True, True]]
+
+
+def test_engine_log_probs_match_a_training_forward(tiny):
+    tokenizer, model = tiny
+    enc = tokenizer(["hello there", "Using the numbers"], return_tensors="pt", padding=True)
+    engine = HFGenerationEngine(max_new_tokens=10, temperature=0.7)
+    torch.manual_seed(0)
+    out = engine.generate(model, enc.input_ids, enc.attention_mask, tokenizer)
+    assert out.response_ids.shape == out.log_probs.shape == out.response_mask.shape
+    assert model.training  # generate restores the mode
+    ids = torch.cat([enc.input_ids, out.response_ids], 1)
+    attn = torch.cat([enc.attention_mask.bool(), out.response_mask], 1)
+    with torch.no_grad():
+        fwd = forward_response(model, ids, attn, out.response_ids, temperature=0.7)
+    diff = (fwd.log_probs - out.log_probs)[out.response_mask].abs().max()
+    assert diff < 1e-4
+    assert (out.log_probs[~out.response_mask] == 0).all()
+
+
+def test_greedy_is_deterministic(tiny):
+    tokenizer, model = tiny
+    enc = tokenizer(["abc", "Using the numbers [1, 2]"], return_tensors="pt", padding=True)
+    engine = HFGenerationEngine(max_new_tokens=8)
+    a = engine.generate(model, enc.input_ids, enc.attention_mask, tokenizer, greedy=True)
+    b = engine.generate(model, enc.input_ids, enc.attention_mask, tokenizer, greedy=True)
+    assert torch.equal(a.response_ids, b.response_ids)
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": 0.0}, {"max_new_tokens": 0}, {"top_p": 1.5}])
+def test_engine_rejects_bad_settings(kwargs):
+    with pytest.raises(ValueError):
+        HFGenerationEngine(**kwargs)
