@@ -42,7 +42,7 @@ class AdaptiveKL(Callback):
                 f"AdaptiveKL needs a module with a reference model and a `kl_coef` attribute; "
                 f"{type(pl_module).__name__} has none. Fix: set model.init_args.kl_coef > 0."
             )
-        pl_module.kl_coef = self.controller.value
+        setattr(pl_module, "kl_coef", self.controller.value)  # noqa: B010 (protocol attribute)
 
     @override
     def on_train_batch_end(
@@ -52,8 +52,9 @@ class AdaptiveKL(Callback):
             raise ValueError("AdaptiveKL: training_step must return a dict with a 'kl' entry")
         kl = trainer.strategy.reduce(torch.as_tensor(outputs["kl"]).float(), reduce_op="mean")
         n = len(batch["prompt"]) * getattr(pl_module.hparams, "samples_per_prompt", 1)
-        pl_module.kl_coef = self.controller.update(float(kl), n * trainer.world_size)
-        pl_module.log("ppo/kl_coef_adaptive", pl_module.kl_coef, on_step=True)
+        coef = self.controller.update(float(kl), n * trainer.world_size)
+        setattr(pl_module, "kl_coef", coef)  # noqa: B010 (protocol attribute)
+        pl_module.log("ppo/kl_coef_adaptive", coef, on_step=True)
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -85,7 +85,7 @@ def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
 
 def build_tiny_model(spec: TinyModelSpec, vocab_size: int, *, seed: int = 0) -> PreTrainedModel:
     """A randomly initialised causal LM (tied embeddings) with ``vocab_size`` rows."""
-    common = dict(
+    common: dict[str, Any] = dict(
         vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,

@@ -123,11 +123,16 @@ class PPOModule(LightningModule):
         self.val_reward = MeanMetric()
         self.val_pass = MeanMetric()
 
+    @property
+    def hp(self) -> Any:
+        """``self.hparams`` with attribute access typed loosely (it is an AttributeDict)."""
+        return self.hparams
+
     # ----------------------------------------------------------------- setup
     def configure_model(self) -> None:
         if self.policy is not None:
             return
-        hp = self.hparams
+        hp = self.hp
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer(hp.model)
         self.policy = load_causal_lm(hp.model, dtype=hp.dtype)
@@ -144,7 +149,7 @@ class PPOModule(LightningModule):
             self.ref_policy = load_causal_lm(hp.model, dtype=hp.dtype).eval().requires_grad_(False)
 
     def configure_optimizers(self) -> Any:
-        hp = self.hparams
+        hp = self.hp
         groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": hp.lr}]
         if self.critic is not None:
             groups.append({"params": list(self.critic.parameters()), "lr": hp.critic_lr})
@@ -162,7 +167,7 @@ class PPOModule(LightningModule):
     @torch.no_grad()
     def collect_rollout(self, batch: dict[str, Any], *, greedy: bool) -> Rollout:
         """Sample G responses per prompt (G = 1 when greedy)."""
-        g = 1 if greedy else self.hparams.samples_per_prompt
+        g = 1 if greedy else self.hp.samples_per_prompt
         prompt_ids = batch["input_ids"].repeat_interleave(g, dim=0)
         prompt_mask = batch["attention_mask"].bool().repeat_interleave(g, dim=0)
         out = self.engine.generate(
@@ -200,7 +205,7 @@ class PPOModule(LightningModule):
     @torch.no_grad()
     def prepare_update(self, rollout: Rollout) -> None:
         """Old log-probs, reference log-probs, values and advantages for the whole rollout."""
-        hp = self.hparams
+        hp = self.hp
         ids, mask, r = rollout.input_ids, rollout.attention_mask, rollout.response_ids.shape[1]
         rollout.old_log_probs = rollout.sample_log_probs
         needs_hidden = self.critic is not None and hp.critic == "value_head"
@@ -230,7 +235,7 @@ class PPOModule(LightningModule):
         compute_advantages(rollout, **self._advantage_settings())
 
     def _advantage_settings(self) -> dict[str, Any]:
-        hp = self.hparams
+        hp = self.hp
         return dict(
             advantage=hp.advantage,
             gamma=hp.gamma,
@@ -243,13 +248,13 @@ class PPOModule(LightningModule):
 
     def optimize(self, rollout: Rollout) -> dict[str, Tensor]:
         """``ppo_epochs`` passes of clipped updates over mini-batches of the rollout."""
-        hp = self.hparams
+        hp = self.hp
         n = len(rollout)
         size = hp.mini_batch_size or n
         # one update on the whole rollout: the rollout policy *is* the current policy, so its
         # log-probs are the current ones, detached (exact ratio 1, no extra forward pass)
         single_update = hp.ppo_epochs == 1 and size >= n and not hp.recompute_old_log_probs
-        opt = self.optimizers()
+        opt: Any = self.optimizers()
         update = PPOUpdate(self, rollout, use_current_as_old=single_update)
         for _ in range(hp.ppo_epochs):
             for idx in minibatches(n, size, generator=self._shuffle):
@@ -264,9 +269,9 @@ class PPOModule(LightningModule):
         """Clip the gradient norm through Lightning (strategy-aware); return the norm before."""
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         stats = {"ppo/grad_norm": torch.nn.utils.get_total_norm(grads)} if grads else {}
-        if self.hparams.max_grad_norm is not None:
+        if self.hp.max_grad_norm is not None:
             self.clip_gradients(
-                opt, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm"
+                opt, gradient_clip_val=self.hp.max_grad_norm, gradient_clip_algorithm="norm"
             )
         return stats
 
@@ -284,7 +289,7 @@ class PPOModule(LightningModule):
             "ppo/kl_coef": torch.tensor(self.kl_coef),
         }
         stats.update({f"reward/{k}": v.mean() for k, v in self._reward_info.items()})
-        if rollout.ref_log_probs is not None:
+        if rollout.ref_log_probs is not None and rollout.old_log_probs is not None:
             kl = kl_penalty(rollout.old_log_probs, rollout.ref_log_probs, estimator="k1")
             stats["rollout/kl"] = (kl * rollout.response_mask).sum(1).mean()  # per-sequence KL
         if rollout.values is not None and rollout.returns is not None:
@@ -312,7 +317,7 @@ class PPOModule(LightningModule):
 
     # ----------------------------------------------------------- validation
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        rollout = self.collect_rollout(batch, greedy=self.hparams.val_greedy)
+        rollout = self.collect_rollout(batch, greedy=self.hp.val_greedy)
         info = self.score(rollout)
         assert rollout.scores is not None
         passed = info.get("correct", (rollout.scores >= 1.0).float())

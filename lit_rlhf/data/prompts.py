@@ -1,0 +1,208 @@
+"""The prompt data module shared by the RL modules: sources -> chat-rendered, tokenized,
+left-padded prompt batches.
+
+A batch is a dict::
+
+    input_ids       [b, P] long, left-padded with the tokenizer's pad id
+    attention_mask  [b, P] bool, True on prompt tokens
+    prompt          [b] str, the rendered prompt text (chat template applied)
+    query_id        [b] str, stable prompt id
+    task            [b] str
+    row             [b] dict, the full data row (question, prompt, answer/numbers/target, ...)
+
+Shuffling is seeded by ``seed`` and the epoch, so the order of an epoch does not depend on how
+many epochs ran before it in this process, and a run resumed at an epoch boundary sees the same
+order as the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from functools import partial
+from typing import Any
+
+import datasets
+import torch
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import DataLoader, Sampler
+
+from lit_rlhf.data.sources import PromptSource
+from lit_rlhf.models import load_tokenizer
+
+_REQUIRED_COLUMNS = ("query_id", "task", "question")
+
+
+class PromptDataModule(LightningDataModule):
+    """Prompt batches for generation.
+
+    Args:
+        tokenizer: hub id, local folder, or ``builtin:<name>``; loaded here, so the CLI can hand
+            ``self.tokenizer`` to the model.
+        train: the training prompt source, e.g. ``CountdownPrompts`` or ``FilePrompts``.
+        val: an optional validation prompt source.
+        batch_size: prompts per training batch (before sampling G responses each).
+        val_batch_size: prompts per validation batch; ``None`` uses ``batch_size``.
+        max_prompt_length: prompts longer than this many tokens are dropped (with a warning).
+        system_prompt: a system message put before each question.
+        use_chat_template: render prompts with the tokenizer's chat template (and open the
+            assistant turn). Without it, or when the tokenizer has none, the prompt is the raw
+            question, preceded by ``system_prompt`` and a blank line if one is given.
+        shuffle: shuffle the training prompts every epoch.
+        seed: the shuffling seed.
+        num_workers: DataLoader worker processes.
+    """
+
+    def __init__(
+        self,
+        tokenizer: str,
+        train: PromptSource,
+        val: PromptSource | None = None,
+        batch_size: int = 8,
+        val_batch_size: int | None = None,
+        max_prompt_length: int = 512,
+        system_prompt: str | None = None,
+        use_chat_template: bool = True,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        for arg, value in (("batch_size", batch_size), ("max_prompt_length", max_prompt_length)):
+            if value < 1:
+                raise ValueError(f"{arg} must be >= 1, got {value}")
+        if val_batch_size is not None and val_batch_size < 1:
+            raise ValueError(f"val_batch_size must be >= 1 or None, got {val_batch_size}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.train_source = train
+        self.val_source = val
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size or batch_size
+        self.max_prompt_length = max_prompt_length
+        self.system_prompt = system_prompt
+        self.use_chat_template = use_chat_template and bool(
+            getattr(self.tokenizer, "chat_template", None)
+        )
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_workers = num_workers
+        self.train_data: datasets.Dataset | None = None
+        self.val_data: datasets.Dataset | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_data is None and stage in (None, "fit"):
+            self.train_data = self._prepare(self.train_source, "train")
+        if (
+            self.val_data is None
+            and self.val_source is not None
+            and stage in (None, "fit", "validate")
+        ):
+            self.val_data = self._prepare(self.val_source, "val")
+
+    def render_prompt(self, question: str) -> str:
+        """The prompt text the model sees for one question."""
+        if not self.use_chat_template:
+            return f"{self.system_prompt}\n\n{question}" if self.system_prompt else question
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        messages.append({"role": "user", "content": question})
+        return str(
+            self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        data = self._require(self.train_data, "train")
+        sampler = EpochShuffleSampler(len(data), seed=self.seed) if self.shuffle else None
+        return self._loader(data, self.batch_size, sampler)
+
+    def val_dataloader(self) -> DataLoader | list:
+        if self.val_source is None:
+            return []  # Lightning skips validation for an empty list
+        return self._loader(self._require(self.val_data, "val"), self.val_batch_size, None)
+
+    def _loader(
+        self, data: datasets.Dataset, batch_size: int, sampler: Sampler[int] | None
+    ) -> DataLoader:
+        return DataLoader(
+            data,  # map-style: __len__ and (batched) __getitems__
+            batch_size=batch_size,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            collate_fn=partial(collate_prompts, pad_token_id=self.tokenizer.pad_token_id),
+        )
+
+    def _prepare(self, source: PromptSource, split: str) -> datasets.Dataset:
+        data = source.load()
+        missing = [c for c in _REQUIRED_COLUMNS if c not in data.column_names]
+        if missing:
+            raise ValueError(
+                f"{type(source).__name__}.load() returned no {missing} column(s) (has "
+                f"{data.column_names}); a prompt source must provide {list(_REQUIRED_COLUMNS)}"
+            )
+        prompts = [self.render_prompt(q) for q in data["question"]]
+        # A rendered template carries its own special tokens; a raw question gets the usual ones.
+        ids = self.tokenizer(prompts, add_special_tokens=not self.use_chat_template)["input_ids"]
+        keep = [i for i, x in enumerate(ids) if len(x) <= self.max_prompt_length]
+        dropped = len(ids) - len(keep)
+        if not keep:
+            raise ValueError(
+                f"{split}: all {len(ids)} prompts are longer than max_prompt_length="
+                f"{self.max_prompt_length} tokens. Fix: raise max_prompt_length."
+            )
+        if dropped:
+            rank_zero_warn(
+                f"{split}: dropped {dropped} of {len(ids)} prompts longer than "
+                f"max_prompt_length={self.max_prompt_length} tokens"
+            )
+        data = data.remove_columns([c for c in ("prompt", "input_ids") if c in data.column_names])
+        data = data.add_column("prompt", prompts).add_column("input_ids", ids)
+        return data.select(keep) if dropped else data
+
+    @staticmethod
+    def _require(data: datasets.Dataset | None, split: str) -> datasets.Dataset:
+        if data is None:
+            raise RuntimeError(f"the {split} prompts are not loaded; call setup() first")
+        return data
+
+
+def collate_prompts(rows: Sequence[dict[str, Any]], *, pad_token_id: int) -> dict[str, Any]:
+    """Left-pad tokenized rows into a batch (format in the module docstring)."""
+    length = max(len(row["input_ids"]) for row in rows)
+    input_ids = torch.full((len(rows), length), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), length), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        n = len(row["input_ids"])
+        input_ids[i, length - n :] = torch.tensor(row["input_ids"], dtype=torch.long)
+        attention_mask[i, length - n :] = True
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "prompt": [row["prompt"] for row in rows],
+        "query_id": [row["query_id"] for row in rows],
+        "task": [row["task"] for row in rows],
+        "row": [{k: v for k, v in row.items() if k != "input_ids"} for row in rows],
+    }
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A random permutation drawn from ``torch.Generator`` seeded by ``seed + epoch``.
+
+    Lightning calls ``set_epoch`` at the start of every epoch (also after a resume), so the
+    order depends on (seed, epoch) only, with no generator state to checkpoint.
+    """
+
+    def __init__(self, num_rows: int, *, seed: int) -> None:
+        self.num_rows = num_rows
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.num_rows, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.num_rows

@@ -1,0 +1,235 @@
+"""Prompt sources: where the questions of a prompt data module come from.
+
+A source is any object with ``load() -> datasets.Dataset``; the rows have at least
+
+- ``query_id`` (str): stable id of the prompt, the same across loads, epochs and shuffles,
+- ``task`` (str): the domain label rewards and logs group by (``"countdown"``, ``"math"``),
+- ``question`` (str): the user message,
+
+plus the metadata the rewards read (``numbers``/``target`` for Countdown, ``answer`` for math).
+Sources are plain classes with typed keyword arguments, so YAML configs build them by
+``class_path``. File rows are validated before use: a bad row fails early with its file, row
+index, field, and a fix, rather than as a ``KeyError`` in a reward mid-run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import string
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import datasets
+
+from lit_rlhf.data.countdown import countdown_question, generate_countdown
+
+_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+@runtime_checkable
+class PromptSource(Protocol):
+    """Anything that yields a prompt table with ``query_id``, ``task`` and ``question`` columns."""
+
+    def load(self) -> datasets.Dataset: ...
+
+
+class CountdownPrompts:
+    """Procedural Countdown tasks (TinyZero; see :mod:`lit_rlhf.data.countdown`).
+
+    Rows: ``query_id``, ``task="countdown"``, ``question``, ``numbers`` (list[int]),
+    ``target`` (int), ``solution`` (str, one expression reaching the target).
+    """
+
+    def __init__(
+        self,
+        num_examples: int = 1000,
+        seed: int = 0,
+        num_numbers: int | tuple[int, int] = (3, 4),
+        min_value: int = 1,
+        max_value: int = 99,
+        max_target: int = 999,
+    ) -> None:
+        self.kwargs: dict[str, Any] = dict(
+            seed=seed,
+            num_numbers=num_numbers,
+            min_value=min_value,
+            max_value=max_value,
+            max_target=max_target,
+        )
+        self.num_examples = num_examples
+        generate_countdown(0, **self.kwargs)  # validates the arguments now, at config time
+        if num_examples < 1:
+            raise ValueError(f"num_examples must be >= 1, got {num_examples}")
+
+    def load(self) -> datasets.Dataset:
+        rows = generate_countdown(self.num_examples, **self.kwargs)
+        return datasets.Dataset.from_list(
+            [
+                {
+                    **row,
+                    "query_id": str(row["query_id"]),
+                    "task": "countdown",
+                    "question": countdown_question(row),
+                }
+                for row in rows
+            ]
+        )
+
+
+class FilePrompts:
+    """Questions from a local file/folder or a Hugging Face Hub dataset.
+
+    Args:
+        path: a local ``.json``/``.jsonl``/``.parquet``/``.csv`` file, a local folder of such
+            files, or a hub dataset id (e.g. ``openai/gsm8k``).
+        split: split with optional slicing, e.g. ``"train[:90%]"``. A single local file is one
+            split, so only the slice of this argument applies to it.
+        question_field: the column holding the question.
+        answer_field: the column copied to ``answer`` (as str) for reward checks; ``None`` for
+            none.
+        id_field: the column used as ``query_id``; ``None`` derives it from the question:
+            ``"{task}-{sha1(question)[:12]}"``.
+        task: the task label of every row.
+        name: the hub dataset's configuration name (``"main"`` for gsm8k).
+        max_examples: keep only the first this many rows of the split.
+        question_template: ``str.format`` template over the row's fields, where ``{question}``
+            is the ``question_field`` value, e.g.
+            ``"{problem}\\nPut the final answer in \\\\boxed{{}}."``.
+
+    The other columns of the file are kept in the rows, for rewards that read them.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        split: str = "train",
+        question_field: str = "question",
+        answer_field: str | None = "answer",
+        id_field: str | None = None,
+        task: str = "math",
+        name: str | None = None,
+        max_examples: int | None = None,
+        question_template: str = "{question}",
+    ) -> None:
+        if max_examples is not None and max_examples < 1:
+            raise ValueError(f"max_examples must be >= 1 or None, got {max_examples}")
+        _check_template(question_template)
+        self.path = path
+        self.split = split
+        self.question_field = question_field
+        self.answer_field = answer_field
+        self.id_field = id_field
+        self.task = task
+        self.name = name
+        self.max_examples = max_examples
+        self.question_template = question_template
+
+    def load(self) -> datasets.Dataset:
+        raw = self._load_raw()
+        if self.max_examples is not None:
+            raw = raw.select(range(min(self.max_examples, len(raw))))
+        self._check_columns(raw.column_names)
+        rows = [self._prompt_row(index, dict(row)) for index, row in enumerate(raw)]
+        duplicates = sum(n - 1 for n in Counter(r["query_id"] for r in rows).values())
+        if duplicates:
+            warnings.warn(
+                f"{self.path}: {duplicates} rows repeat an earlier query_id (same question or "
+                f"id_field value); they share per-prompt statistics",
+                stacklevel=2,
+            )
+        return datasets.Dataset.from_list(rows)
+
+    def _load_raw(self) -> datasets.Dataset:
+        local = Path(self.path).expanduser()
+        if local.is_dir():
+            return datasets.load_dataset(str(local), self.name, split=self.split)
+        if local.suffix in _FILE_BUILDERS:
+            if not local.is_file():
+                raise FileNotFoundError(
+                    f"{self.path}: no such file. Fix: check the path (relative paths start at "
+                    f"{os.getcwd()})."
+                )
+            split_name = self.split.split("[", 1)[0]  # one file = one split; keep the slice
+            return datasets.load_dataset(
+                _FILE_BUILDERS[local.suffix],
+                data_files={split_name: str(local)},
+                split=self.split,
+            )
+        try:
+            return datasets.load_dataset(self.path, self.name, split=self.split)
+        except OSError as err:  # ConnectionError and DatasetNotFoundError are both OSErrors
+            raise OSError(
+                f"could not load {self.path!r}: it is not a local file or folder, and loading it "
+                f"from the Hugging Face Hub failed (offline or unreachable, or no such dataset; "
+                f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}): {err}. Fix: download "
+                f"it where the hub is reachable, e.g. `datasets.load_dataset({self.path!r}, "
+                f"{self.name!r}, split={self.split!r}).to_json('prompts.jsonl')`, and pass the "
+                f"local file as path= (supported: {', '.join(_FILE_BUILDERS)} or a folder)."
+            ) from err
+
+    def _check_columns(self, columns: list[str]) -> None:
+        for arg, field in (
+            ("question_field", self.question_field),
+            ("answer_field", self.answer_field),
+            ("id_field", self.id_field),
+        ):
+            if field is not None and field not in columns:
+                fix = f"set {arg}= to one of the columns: {columns}"
+                if arg != "question_field":
+                    fix += f", or {arg}=null"
+                raise ValueError(f"{self.path}: row 0 has no field {field!r}. Fix: {fix}.")
+
+    def _prompt_row(self, index: int, row: dict[str, Any]) -> dict[str, Any]:
+        question = row[self.question_field]
+        where = f"{self.path} (split {self.split!r}), row {index}"
+        if not isinstance(question, str) or not question.strip():
+            got = "missing/None" if question is None else f"{type(question).__name__} {question!r}"
+            raise ValueError(
+                f"{where}: field {self.question_field!r} must be a non-empty string, got "
+                f"{got:.100}. Fix: repair or remove the row, or set question_field= to the "
+                f"column holding the question text (columns: {list(row)})."
+            )
+        try:
+            rendered = self.question_template.format(**{**row, "question": question})
+        except KeyError as err:
+            raise ValueError(
+                f"{where}: question_template refers to field {err}, which the row lacks. "
+                f"Fix: use only the columns {list(row)} (and {{question}}) in the template."
+            ) from None
+        out = {**row, "question": rendered, "task": self.task}
+        if self.answer_field is not None:
+            out["answer"] = str(self._required(where, row, self.answer_field, "answer_field"))
+        if self.id_field is not None:
+            out["query_id"] = str(self._required(where, row, self.id_field, "id_field"))
+        else:
+            out["query_id"] = f"{self.task}-{hashlib.sha1(rendered.encode()).hexdigest()[:12]}"
+        return out
+
+    @staticmethod
+    def _required(where: str, row: dict[str, Any], field: str, arg: str) -> Any:
+        value = row[field]
+        if value is None or value == "":
+            raise ValueError(
+                f"{where}: field {field!r} ({arg}) is missing or empty. Fix: repair or remove "
+                f"the row, or set {arg}=null to go without it."
+            )
+        return value
+
+
+def _check_template(template: str) -> None:
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as err:
+        raise ValueError(
+            f"question_template {template!r} is not a valid str.format template: {err}. "
+            "Fix: write literal braces as {{ and }}, e.g. '\\\\boxed{{}}'."
+        ) from None
+    if any(f == "" or f.isdigit() for f in fields):
+        raise ValueError(
+            f"question_template {template!r} has a positional field ({{}} or {{0}}). Fix: name "
+            "the fields after the row's columns, e.g. '{question}', and write literal braces "
+            "as {{ and }}."
+        )
