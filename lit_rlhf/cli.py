@@ -18,7 +18,8 @@ class LitRLHFCLI(LightningCLI):
         parser.link_arguments("data.tokenizer", "model.init_args.tokenizer", apply_on="instantiate")
 
 
-def main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
+def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
+    """Build (and by default run) the CLI; ``args`` as on the command line."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return LitRLHFCLI(
         LightningModule,
@@ -29,6 +30,11 @@ def main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
         args=args,
         run=run,
     )
+
+
+def main() -> None:
+    """Console-script entry point: ``lit-rlhf``."""
+    cli_main()
 
 
 if __name__ == "__main__":

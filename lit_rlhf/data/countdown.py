@@ -69,9 +69,15 @@ def generate_countdown(
     return rows
 
 
-def countdown_question(row: Mapping[str, Any]) -> str:
-    """The user prompt for a Countdown row (TinyZero's wording, lightly edited)."""
+def countdown_question(row: Mapping[str, Any], template: str | None = None) -> str:
+    """The user prompt for a Countdown row (TinyZero's wording, lightly edited).
+
+    ``template``: a ``str.format`` template over ``{numbers}`` (comma-separated) and ``{target}``
+    that replaces the default wording.
+    """
     numbers = ", ".join(str(int(n)) for n in row["numbers"])
+    if template is not None:
+        return template.format(numbers=numbers, target=int(row["target"]))
     return (
         f"Using the numbers [{numbers}], create an equation that equals {int(row['target'])}. "
         "You can use basic arithmetic operations (+, -, *, /) and each number must be used "

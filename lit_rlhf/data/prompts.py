@@ -48,6 +48,8 @@ class PromptDataModule(LightningDataModule):
         use_chat_template: render prompts with the tokenizer's chat template (and open the
             assistant turn). Without it, or when the tokenizer has none, the prompt is the raw
             question, preceded by ``system_prompt`` and a blank line if one is given.
+        response_prefix: text that opens the response, appended to every rendered prompt (an
+            assistant pre-fill such as ``"<answer>"``); rewards see it at the end of the prompt.
         shuffle: shuffle the training prompts every epoch.
         seed: the shuffling seed.
         num_workers: DataLoader worker processes.
@@ -63,6 +65,7 @@ class PromptDataModule(LightningDataModule):
         max_prompt_length: int = 512,
         system_prompt: str | None = None,
         use_chat_template: bool = True,
+        response_prefix: str = "",
         shuffle: bool = True,
         seed: int = 0,
         num_workers: int = 0,
@@ -85,6 +88,7 @@ class PromptDataModule(LightningDataModule):
         self.use_chat_template = use_chat_template and bool(
             getattr(self.tokenizer, "chat_template", None)
         )
+        self.response_prefix = response_prefix
         self.shuffle = shuffle
         self.seed = seed
         self.num_workers = num_workers
@@ -104,12 +108,14 @@ class PromptDataModule(LightningDataModule):
     def render_prompt(self, question: str) -> str:
         """The prompt text the model sees for one question."""
         if not self.use_chat_template:
-            return f"{self.system_prompt}\n\n{question}" if self.system_prompt else question
+            text = f"{self.system_prompt}\n\n{question}" if self.system_prompt else question
+            return text + self.response_prefix
         messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         messages.append({"role": "user", "content": question})
-        return str(
-            self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        rendered = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
         )
+        return str(rendered) + self.response_prefix
 
     def train_dataloader(self) -> DataLoader:
         data = self._require(self.train_data, "train")

@@ -41,6 +41,10 @@ class CountdownPrompts:
 
     Rows: ``query_id``, ``task="countdown"``, ``question``, ``numbers`` (list[int]),
     ``target`` (int), ``solution`` (str, one expression reaching the target).
+
+    Difficulty knobs: ``num_numbers``, the value ranges, and ``operators`` (the operators the
+    hidden solution uses; the reward accepts any of + - * /). ``question_template`` replaces the
+    default wording (``str.format`` over ``{numbers}`` and ``{target}``).
     """
 
     def __init__(
@@ -51,6 +55,8 @@ class CountdownPrompts:
         min_value: int = 1,
         max_value: int = 99,
         max_target: int = 999,
+        operators: str = "+-*/",
+        question_template: str | None = None,
     ) -> None:
         self.kwargs: dict[str, Any] = dict(
             seed=seed,
@@ -58,7 +64,17 @@ class CountdownPrompts:
             min_value=min_value,
             max_value=max_value,
             max_target=max_target,
+            operators=operators,
         )
+        if question_template is not None:
+            try:
+                question_template.format(numbers="1, 2", target=3)
+            except (KeyError, IndexError, ValueError) as err:
+                raise ValueError(
+                    f"question_template {question_template!r} is not a valid template ({err}); "
+                    "it may use only {numbers} and {target}; write literal braces as {{ }}"
+                ) from None
+        self.question_template = question_template
         self.num_examples = num_examples
         generate_countdown(0, **self.kwargs)  # validates the arguments now, at config time
         if num_examples < 1:
@@ -72,7 +88,7 @@ class CountdownPrompts:
                     **row,
                     "query_id": str(row["query_id"]),
                     "task": "countdown",
-                    "question": countdown_question(row),
+                    "question": countdown_question(row, self.question_template),
                 }
                 for row in rows
             ]

@@ -106,6 +106,9 @@ class CountdownReward:
             completion or at the end of the prompt (templates that pre-fill ``<think>``).
         max_expression_chars: longer answers score 0 without being parsed.
 
+    A prompt that ends with ``<answer>`` (a response pre-fill) opens the answer for the
+    completion.
+
     Info: ``correct`` and ``format_ok``, [B] float 1/0.
     """
 
@@ -162,6 +165,8 @@ class CountdownReward:
         self, prompt: str, completion: str, numbers: list[int], target: Fraction
     ) -> tuple[bool, bool]:
         """(format_ok, correct) for one completion."""
+        if prompt.rstrip().endswith("<answer>"):  # the prompt pre-filled the opening tag
+            completion = "<answer>" + completion
         answer = extract_answer(completion)
         if answer is None:
             return False, False

@@ -1,0 +1,51 @@
+"""Every YAML config runs: CPU configs with fast_dev_run, GPU-only configs with --print_config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_rlhf.cli import cli_main
+
+CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").rglob("*.yaml"))
+
+
+def _is_gpu_only(path: Path) -> bool:
+    trainer = (yaml.safe_load(path.read_text()) or {}).get("trainer") or {}
+    return trainer.get("accelerator") == "gpu"
+
+
+def _needs_smollm2(path: Path) -> bool:
+    return "builtin:smollm2" in path.read_text()
+
+
+def test_configs_found():
+    assert len(CONFIGS) >= 4
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if not _is_gpu_only(p)], ids=str)
+def test_cpu_config_fast_dev_run(path, tmp_path):
+    if _needs_smollm2(path):
+        pytest.importorskip("gguf", reason="the SmolLM2 demo config needs the [demo] extra")
+    cli = cli_main(
+        [
+            "fit",
+            "--config",
+            str(path),
+            "--trainer.fast_dev_run=true",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert cli.trainer.state.finished
+    assert cli.model.rollout_step == 1
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if _is_gpu_only(p)], ids=str)
+def test_gpu_config_parses(path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config", str(path), "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["class_path"] == "lit_rlhf.modules.PPOModule"
