@@ -1,4 +1,5 @@
-"""Pure tensor math of RL fine-tuning: masking, advantages, KL, PPO losses, entropy.
+"""Pure tensor math of RL fine-tuning: masking, advantages, KL, PPO losses, entropy,
+trust-region entropy and the exploration baselines it is compared with.
 
 Depends on torch only (no Lightning, no transformers), so it can be reused or tested anywhere.
 Mask convention: bool, True = the token counts.
@@ -6,6 +7,13 @@ Mask convention: bool, True = the token counts.
 
 from lit_rlhf.algos.advantages import gae, group_advantages, rloo_advantages, token_level_rewards
 from lit_rlhf.algos.entropy import entropy_from_logits, token_log_probs
+from lit_rlhf.algos.exploration import (
+    CoefficientSchedule,
+    ScheduleKind,
+    forking_token_mask,
+    kl_cov_penalty,
+    kl_cov_selection,
+)
 from lit_rlhf.algos.kl import AdaptiveKLController, KLEstimator, kl_penalty
 from lit_rlhf.algos.masking import masked_mean, masked_sum, masked_var, masked_whiten
 from lit_rlhf.algos.ppo_losses import (
@@ -17,20 +25,27 @@ from lit_rlhf.algos.ppo_losses import (
     clipped_value_loss,
     explained_variance,
 )
+from lit_rlhf.algos.trust_region import TrustRegionMode, trust_region_entropy
 
 __all__ = [
     "AdaptiveKLController",
     "AggregationMode",
+    "CoefficientSchedule",
     "KLEstimator",
     "PolicyLossStats",
+    "ScheduleKind",
+    "TrustRegionMode",
     "ValueLossStats",
     "aggregate_loss",
     "clipped_policy_loss",
     "clipped_value_loss",
     "entropy_from_logits",
     "explained_variance",
+    "forking_token_mask",
     "gae",
     "group_advantages",
+    "kl_cov_penalty",
+    "kl_cov_selection",
     "kl_penalty",
     "masked_mean",
     "masked_sum",
@@ -39,4 +54,5 @@ __all__ = [
     "rloo_advantages",
     "token_level_rewards",
     "token_log_probs",
+    "trust_region_entropy",
 ]

@@ -1,6 +1,6 @@
 """Procedural Countdown tasks: 3-4 numbers and a target reachable by + - * / using each once.
 
-The task follows TinyZero (Pan et al. 2025; METHODS.md section 1). TinyZero samples a random
+The task follows TinyZero (Pan et al. 2025; as used by arXiv 2602.03635). TinyZero samples a random
 target and keeps tasks its solver can reach; here the target is built forward from the numbers
 by a random expression tree, so every task is solvable by construction and ships its solution.
 Intermediate results stay positive integers <= ``max_target`` and divisions are exact, so the

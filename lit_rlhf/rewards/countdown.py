@@ -1,7 +1,7 @@
 """Countdown reward: use each given number exactly once with + - * / to reach the target.
 
 Source: TinyZero's ``verl/utils/reward_score/countdown.py`` (Pan et al. 2025), as specified in
-METHODS.md section 1. Departures from TinyZero, all deliberate:
+the TRE paper's Countdown setup (arXiv 2602.03635). Departures from TinyZero, all deliberate:
 
 - TinyZero ``eval``s the answer after a character regex; here the answer is parsed with
   ``ast.parse`` and walked by a whitelist (int literals, binary + - * /, parentheses), then
@@ -91,7 +91,7 @@ def _evaluate_node(node: ast.AST, literals: list[int]) -> Fraction:
 
 
 class CountdownReward:
-    """Countdown task reward (TinyZero; METHODS.md section 1).
+    """Countdown task reward (TinyZero; as used by arXiv 2602.03635).
 
     Per completion: ``correct_reward`` if the last ``<answer>`` holds an expression whose
     literals are exactly the row's ``numbers`` (as a multiset) and whose value is within

@@ -1,6 +1,6 @@
 """MATH / GSM8K reward: the last ``\\boxed{}`` of the completion, checked by math-verify.
 
-Source: METHODS.md section 1 (MATH: answer in the last ``\\boxed{}``, reward 1/0 by
+Source: the TRE paper's MATH setup (arXiv 2602.03635; answer in the last ``\\boxed{}``, reward 1/0 by
 equivalence) using HuggingFace's math-verify (``math_verify.parse`` / ``math_verify.verify``).
 
 math-verify bounds its time with ``signal.alarm``, which only works in the main thread; off
