@@ -1,7 +1,7 @@
 """MATH / GSM8K reward: the last ``\\boxed{}`` of the completion, checked by math-verify.
 
-Source: the TRE paper's MATH setup (arXiv 2602.03635; answer in the last ``\\boxed{}``, reward 1/0 by
-equivalence) using HuggingFace's math-verify (``math_verify.parse`` / ``math_verify.verify``).
+Source: the TRE paper's MATH setup (arXiv 2602.03635; answer in the last ``\\boxed{}``,
+reward 1/0 by equivalence) using math-verify (``math_verify.parse`` / ``math_verify.verify``).
 
 math-verify bounds its time with ``signal.alarm``, which only works in the main thread; off
 the main thread both timeouts are switched off (math-verify's own advice), so the caller bounds

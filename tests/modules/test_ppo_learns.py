@@ -5,8 +5,8 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from lit_rlhf.callbacks import MetricsPlot
 
+from lit_rlhf.callbacks import MetricsPlot
 from lit_rlhf.data import CountdownPrompts, PromptDataModule
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.rewards import DigitFractionReward

@@ -1,0 +1,268 @@
+"""Exploration callbacks for policy-gradient training: trust-region entropy (TRE) and the
+baselines it is compared with (arXiv 2602.03635).
+
+Each callback takes part in the loss-term protocol (:mod:`lit_rlhf.callbacks.loss_terms`): it
+returns a per-token term that the module adds to its per-token policy loss before aggregation, so
+it works in any LightningModule that calls :func:`policy_loss_terms`. Each has a coefficient
+schedule (constant, linear or cosine, optional warmup) driven by its own count of optimizer
+steps, which is checkpointed and so continues across a resume.
+
+- :class:`EntropyBonus`: ``-alpha * H(pi)`` over the full vocabulary.
+- :class:`TrustRegionEntropy`: ``-alpha * H~_TR`` over the top-K / nucleus region (TRE-K, TRE-P).
+- :class:`ForkingTokens`: policy loss only on the top ``top_fraction`` highest-entropy tokens
+  (arXiv 2506.01939).
+- :class:`KLCov`: ``coef * |log ratio|`` on the top ``top_fraction`` tokens by advantage/log-prob
+  covariance (arXiv 2505.22617).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+from lightning import Callback, LightningModule, Trainer
+from torch import Tensor
+from typing_extensions import override
+
+from lit_rlhf.algos import (
+    CoefficientSchedule,
+    entropy_from_logits,
+    forking_token_mask,
+    kl_cov_penalty,
+    kl_cov_selection,
+    masked_mean,
+    trust_region_entropy,
+)
+from lit_rlhf.callbacks.loss_terms import PolicyLossContext
+
+ScheduleKind = Literal["constant", "linear", "cosine"]
+Term = tuple[Tensor, Mapping[str, Tensor]]
+
+
+class ScheduledValue:
+    """A coefficient that follows a :class:`CoefficientSchedule` over this object's own count of
+    optimizer steps; the count is the state that survives a resume."""
+
+    def __init__(
+        self,
+        value: float,
+        kind: ScheduleKind,
+        final_value: float | None,
+        warmup_steps: int,
+        total_steps: int | None,
+    ) -> None:
+        self.schedule = CoefficientSchedule(
+            value,
+            kind=kind,
+            final_value=final_value,
+            warmup_steps=warmup_steps,
+            total_steps=total_steps,
+        )
+        self.steps = 0
+
+    def __call__(self) -> float:
+        return self.schedule(self.steps)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.steps = int(state["steps"])
+
+
+@torch.no_grad()
+def full_vocab_diagnostics(
+    logits: Tensor, mask: Tensor, chunk_size: int = 1024
+) -> dict[str, Tensor]:
+    """Masked means of the full-vocabulary entropy and the top-1 probability, without gradient and
+    without an fp32 copy of all logits (rows are processed ``chunk_size`` at a time)."""
+    rows = logits.detach().reshape(-1, logits.shape[-1])
+    top1 = torch.cat(
+        [
+            torch.exp(z.max(-1).values.float() - torch.logsumexp(z.float(), dim=-1))
+            for z in rows.split(chunk_size)
+        ]
+    ).reshape(mask.shape)
+    entropy = entropy_from_logits(logits.detach(), chunk_size=chunk_size)
+    return {"entropy": masked_mean(entropy, mask), "top1_mass": masked_mean(top1, mask)}
+
+
+class _Scheduled(Callback):
+    """Shared schedule plumbing: count optimizer steps, checkpoint the count."""
+
+    coefficient: ScheduledValue
+
+    @override
+    def on_before_optimizer_step(
+        self, trainer: Trainer, pl_module: LightningModule, optimizer: Any
+    ) -> None:
+        self.coefficient.steps += 1
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return self.coefficient.state_dict()
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.coefficient.load_state_dict(state_dict)
+
+
+class EntropyBonus(_Scheduled):
+    """Full-vocabulary entropy bonus: adds ``-alpha * H(pi_t)`` per response token.
+
+    Args:
+        alpha: bonus weight (the TRE paper's baseline uses 0.001).
+        schedule, final_alpha, warmup_steps, total_steps: the coefficient schedule.
+        chunk_size: positions per chunk of the entropy computation.
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.001,
+        schedule: ScheduleKind = "constant",
+        final_alpha: float | None = None,
+        warmup_steps: int = 0,
+        total_steps: int | None = None,
+        chunk_size: int = 1024,
+    ) -> None:
+        self.coefficient = ScheduledValue(alpha, schedule, final_alpha, warmup_steps, total_steps)
+        self.chunk_size = chunk_size
+
+    def policy_loss_term(self, trainer: Any, pl_module: Any, ctx: PolicyLossContext) -> Term:
+        alpha = self.coefficient()
+        entropy = entropy_from_logits(ctx.logits, chunk_size=self.chunk_size)
+        top1 = full_vocab_diagnostics(ctx.logits, ctx.mask, self.chunk_size)["top1_mass"]
+        stats = {
+            "entropy": masked_mean(entropy.detach(), ctx.mask),
+            "top1_mass": top1,
+            "alpha": torch.tensor(alpha),
+        }
+        return -alpha * entropy, stats
+
+
+class TrustRegionEntropy(_Scheduled):
+    """TRE: entropy bonus restricted to the trust region A_t (arXiv 2602.03635, METHOD sec. 3).
+
+    Adds ``-alpha * H~_TR(t)`` per response token, where H~_TR is the entropy of the policy
+    renormalised inside A_t (``mode="topk"``: the ``k`` largest logits, TRE-K; ``"topp"``: the
+    nucleus of mass ``p`` among the top ``max_candidates``, TRE-P), scaled by log|V| / log|A_t|.
+    Logs the TRE entropy, the full-vocabulary entropy, mean |A_t| and the top-1 mass.
+
+    Args:
+        alpha: bonus weight (paper: 0.001). mode, k, p, max_candidates: the region.
+        schedule, final_alpha, warmup_steps, total_steps: the coefficient schedule.
+        log_full_entropy: also log full-vocabulary diagnostics (one extra pass over the logits).
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.001,
+        mode: Literal["topk", "topp"] = "topk",
+        k: int = 2,
+        p: float = 0.99,
+        max_candidates: int = 256,
+        schedule: ScheduleKind = "constant",
+        final_alpha: float | None = None,
+        warmup_steps: int = 0,
+        total_steps: int | None = None,
+        log_full_entropy: bool = True,
+    ) -> None:
+        self.coefficient = ScheduledValue(alpha, schedule, final_alpha, warmup_steps, total_steps)
+        self.region = dict(mode=mode, k=k, p=p, max_candidates=max_candidates)
+        # fail at config time, not at the first training step
+        trust_region_entropy(torch.zeros(1, max(k, 2)), **self.region)  # type: ignore[arg-type]
+        self.log_full_entropy = log_full_entropy
+
+    def policy_loss_term(self, trainer: Any, pl_module: Any, ctx: PolicyLossContext) -> Term:
+        alpha = self.coefficient()
+        tre, size = trust_region_entropy(ctx.logits, **self.region)  # type: ignore[arg-type]
+        stats = {
+            "tre_entropy": masked_mean(tre.detach(), ctx.mask),
+            "region_size": masked_mean(size.float(), ctx.mask),
+            "alpha": torch.tensor(alpha),
+        }
+        if self.log_full_entropy:
+            stats.update(full_vocab_diagnostics(ctx.logits, ctx.mask))
+        return -alpha * tre.to(ctx.per_token_loss.dtype), stats
+
+
+class ForkingTokens(_Scheduled):
+    """Policy gradient only on "forking" tokens: the top ``top_fraction`` of the micro-batch's
+    response tokens by entropy (Wang et al. 2025, arXiv 2506.01939). The term cancels the policy
+    loss of every other token; aggregation still divides by all response tokens.
+
+    Args:
+        top_fraction: share of tokens kept (paper: 0.2), scheduled like the other coefficients.
+    """
+
+    def __init__(
+        self,
+        top_fraction: float = 0.2,
+        schedule: ScheduleKind = "constant",
+        final_top_fraction: float | None = None,
+        warmup_steps: int = 0,
+        total_steps: int | None = None,
+    ) -> None:
+        if not 0 < top_fraction <= 1:
+            raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
+        self.coefficient = ScheduledValue(
+            top_fraction, schedule, final_top_fraction, warmup_steps, total_steps
+        )
+
+    def policy_loss_term(self, trainer: Any, pl_module: Any, ctx: PolicyLossContext) -> Term:
+        # warmup starts the fraction at 0: keep at least the single top token then
+        fraction = min(max(self.coefficient(), 1e-9), 1.0)
+        entropy = entropy_from_logits(ctx.logits.detach())
+        keep = forking_token_mask(entropy, ctx.mask, top_fraction=fraction)
+        dropped = ctx.mask & ~keep
+        stats = {
+            "kept_fraction": masked_mean(keep.float(), ctx.mask),
+            "entropy": masked_mean(entropy, ctx.mask),
+        }
+        return -ctx.per_token_loss * dropped, stats
+
+
+class KLCov(_Scheduled):
+    """KL-Cov (Cui et al. 2025, arXiv 2505.22617): on the top ``top_fraction`` of response tokens
+    by centred covariance (A - mean A)(log pi - mean log pi), add ``coef * |log pi - log pi_old|``.
+
+    ``replace_clip=True`` follows the authors' code: the base loss is the unclipped
+    ``-A * ratio`` for every token (the term swaps PPO's clipped loss for it); ``False`` keeps the
+    module's clipped loss and only adds the penalty.
+
+    Args:
+        top_fraction: share of tokens penalised (paper: 0.002). coef: penalty weight (1.0),
+            scheduled. replace_clip: see above.
+    """
+
+    def __init__(
+        self,
+        top_fraction: float = 0.002,
+        coef: float = 1.0,
+        replace_clip: bool = True,
+        schedule: ScheduleKind = "constant",
+        final_coef: float | None = None,
+        warmup_steps: int = 0,
+        total_steps: int | None = None,
+    ) -> None:
+        if not 0 < top_fraction <= 1:
+            raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
+        self.top_fraction = top_fraction
+        self.replace_clip = replace_clip
+        self.coefficient = ScheduledValue(coef, schedule, final_coef, warmup_steps, total_steps)
+
+    def policy_loss_term(self, trainer: Any, pl_module: Any, ctx: PolicyLossContext) -> Term:
+        coef = self.coefficient()
+        selected = kl_cov_selection(
+            ctx.advantages, ctx.log_probs, ctx.mask, top_fraction=self.top_fraction
+        )
+        term = kl_cov_penalty(ctx.log_probs, ctx.old_log_probs, selected, coef=coef)
+        if self.replace_clip:
+            ratio = torch.exp(ctx.log_probs - ctx.old_log_probs.detach())
+            term = term + (-ctx.advantages * ratio - ctx.per_token_loss)
+        stats = {
+            "selected_fraction": masked_mean(selected.float(), ctx.mask),
+            "coef": torch.tensor(coef),
+        }
+        return term, stats
