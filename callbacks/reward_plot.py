@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from lightning import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 
@@ -45,8 +45,14 @@ class MetricsPlot(Callback):
                 self.history[name].append(float(value))
 
     @override
-    @rank_zero_only
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # trainer.log_dir broadcasts rank 0's folder: every rank must ask, or multi-process runs
+        # (DDP, DeepSpeed) hang or crash at the end of fit
+        folder = trainer.log_dir or trainer.default_root_dir
+        if trainer.is_global_zero:
+            self._write(folder)
+
+    def _write(self, folder: str) -> None:
         import matplotlib
 
         matplotlib.use("Agg")
@@ -68,7 +74,6 @@ class MetricsPlot(Callback):
             ax.legend(loc="best", fontsize=8)
         axes_list[-1].set_xlabel("rollout step")
         fig.tight_layout()
-        folder = trainer.log_dir or trainer.default_root_dir
         os.makedirs(folder, exist_ok=True)
         self.path = os.path.join(folder, self.filename)
         fig.savefig(self.path, dpi=100)

@@ -9,48 +9,27 @@ then ``lit-rlhf fit`` (which validates again at the end), then read both CSV log
 from __future__ import annotations
 
 import argparse
-import csv
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import yaml
+sys.path.insert(0, str(Path(__file__).parent))
+from _runs import (
+    base_callbacks,
+    cli_command,
+    mean_first,
+    mean_last,
+    read_rows,
+    run_fragment,
+    run_timed,
+    series,
+    write_fragment,
+)
 
 
 def _override(out: Path, seed: int, name: str, config: Path) -> Path:
     """A config fragment: one CSV logger under ``out``, keeping the base config's callbacks."""
-    base = yaml.safe_load(config.read_text())
-    fragment = {
-        "seed_everything": seed,
-        "trainer": {
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": str(out), "name": name, "version": f"seed{seed}"},
-            },
-            "callbacks": base.get("trainer", {}).get("callbacks", []),
-            "enable_progress_bar": False,
-        },
-        "data": {"init_args": {"seed": seed}},
-    }
-    path = out / f"{name}-seed{seed}.yaml"
-    path.write_text(yaml.safe_dump(fragment))
-    return path
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
-def _series(rows: list[dict[str, str]], key: str) -> list[float]:
-    return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
-
-
-def _run(args: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "lit_rlhf.cli", *args], check=True)
-    return time.perf_counter() - start
+    fragment = run_fragment(out, name, seed, base_callbacks(config))
+    return write_fragment(out / f"{name}-seed{seed}.yaml", fragment)
 
 
 def main() -> None:
@@ -68,22 +47,19 @@ def main() -> None:
     ]
     for seed in opts.seeds:
         pre = _override(opts.out, seed, "before", opts.config)
-        _run(["validate", "--config", str(opts.config), "--config", str(pre)])
+        run_timed(cli_command("validate", [opts.config, pre]))
         post = _override(opts.out, seed, "fit", opts.config)
-        seconds = _run(["fit", "--config", str(opts.config), "--config", str(post)])
-        before = _series(_rows(opts.out / "before" / f"seed{seed}" / "metrics.csv"), "val/pass@1")
-        fit = _rows(opts.out / "fit" / f"seed{seed}" / "metrics.csv")
-        reward, correct = _series(fit, "reward/mean"), _series(fit, "reward/correct")
-        after = _series(fit, "val/pass@1")
+        seconds = run_timed(cli_command("fit", [opts.config, post]))
+        pre_rows = read_rows(opts.out / "before" / f"seed{seed}" / "metrics.csv")
+        before = series(pre_rows, "val/pass@1")
+        fit = read_rows(opts.out / "fit" / f"seed{seed}" / "metrics.csv")
+        reward, correct = series(fit, "reward/mean"), series(fit, "reward/correct")
+        after = series(fit, "val/pass@1")
         w = opts.window
-
-        def mean(xs: list[float]) -> float:
-            return sum(xs) / len(xs)
-
         lines.append(
-            f"| {seed} | {before[-1]:.3f} | {after[-1]:.3f} | {mean(reward[:w]):.3f} / "
-            f"{mean(reward[-w:]):.3f} | {mean(correct[:w]):.3f} / {mean(correct[-w:]):.3f} | "
-            f"{seconds:.0f} s |"
+            f"| {seed} | {before[-1]:.3f} | {after[-1]:.3f} | {mean_first(reward, w):.3f} / "
+            f"{mean_last(reward, w):.3f} | {mean_first(correct, w):.3f} / "
+            f"{mean_last(correct, w):.3f} | {seconds:.0f} s |"
         )
         print("\n".join(lines), flush=True)
     (opts.out / "results.md").write_text("\n".join(lines) + "\n")

@@ -10,15 +10,25 @@ from transformers import AutoModel
 from lit_rlhf.models.loading import Dtype, resolve
 
 
+class _ZeroLinear(nn.Linear):
+    """``nn.Linear`` that starts at zero. The zeros are written in ``reset_parameters``, which
+    ``nn.Linear.__init__`` calls, because under DeepSpeed ZeRO-3 (``deepspeed.zero.Init``) a
+    module's parameters are partitioned as soon as its ``__init__`` returns: an in-place init
+    after construction would touch an empty local tensor and leave the random values."""
+
+    def reset_parameters(self) -> None:
+        nn.init.zeros_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+
 class ValueHead(nn.Module):
     """Linear map from hidden states [..., H] to scalar values [...]; zero-initialised so the first
     value estimates are 0 and early advantages are the raw returns."""
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
-        self.proj = nn.Linear(hidden_size, 1)
-        nn.init.zeros_(self.proj.weight)
-        nn.init.zeros_(self.proj.bias)
+        self.proj = _ZeroLinear(hidden_size, 1)
 
     def forward(self, hidden: Tensor) -> Tensor:
         return self.proj(hidden.to(self.proj.weight.dtype)).squeeze(-1)

@@ -25,6 +25,12 @@ from lit_rlhf.modules.ppo_update import PPOUpdate, compute_advantages
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine
+from lit_rlhf.strategies import (
+    deepspeed_grad_norm,
+    is_deepspeed,
+    set_deepspeed_gradient_clipping,
+    transformers_zero3_context,
+)
 from lit_rlhf.types import Rollout
 
 
@@ -55,7 +61,8 @@ class PPOModule(LightningModule):
         kl_coef: weight of the KL to a frozen reference (0 = no reference model is loaded).
         kl_estimator: k1, k2 or k3. kl_in: ``loss`` (GRPO style) or ``reward`` (InstructGPT style).
         lr, critic_lr, weight_decay, max_grad_norm: AdamW and clipping settings (one optimizer,
-            two param groups, so DeepSpeed accepts it).
+            two param groups, so DeepSpeed accepts it; under DeepSpeed, ``max_grad_norm`` becomes
+            its ``gradient_clipping``).
         dtype: weight dtype of the networks.
         recompute_old_log_probs: recompute rollout log-probs with a forward pass instead of
             trusting the engine's (use with engines whose numerics differ, e.g. vLLM).
@@ -130,11 +137,19 @@ class PPOModule(LightningModule):
 
     # ----------------------------------------------------------------- setup
     def configure_model(self) -> None:
+        hp = self.hp
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        # under DeepSpeed, clipping is DeepSpeed's own (Lightning's clip_gradients is a no-op)
+        set_deepspeed_gradient_clipping(strategy, hp.max_grad_norm)
         if self.policy is not None:
             return
-        hp = self.hp
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer(hp.model)
+        with transformers_zero3_context(strategy):  # ZeRO-3: load into partitioned parameters
+            self._build_networks()
+
+    def _build_networks(self) -> None:
+        hp = self.hp
         self.policy = load_causal_lm(hp.model, dtype=hp.dtype)
         if hp.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable()
@@ -260,10 +275,22 @@ class PPOModule(LightningModule):
             for idx in minibatches(n, size, generator=self._shuffle):
                 opt.zero_grad()
                 update.run_minibatch(idx)
-                update.add(self.clip_and_norm(opt))
-                opt.step()
+                update.add(self.clip_and_step(opt))
                 self.engine.sync_weights(self.policy)
         return update.means()
+
+    def clip_and_step(self, opt: Any) -> dict[str, Tensor]:
+        """Clip the gradient norm, take the optimizer step; return the norm before clipping."""
+        strategy = self.trainer.strategy
+        if is_deepspeed(strategy):
+            # DeepSpeed clips inside its step (configure_model set the norm); under ZeRO the
+            # gradients are not in param.grad, so the norm is the one DeepSpeed computed
+            opt.step()
+            norm = deepspeed_grad_norm(strategy)
+            return {} if norm is None else {"ppo/grad_norm": norm}
+        stats = self.clip_and_norm(opt)
+        opt.step()
+        return stats
 
     def clip_and_norm(self, opt: Any) -> dict[str, Tensor]:
         """Clip the gradient norm through Lightning (strategy-aware); return the norm before."""

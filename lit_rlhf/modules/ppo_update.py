@@ -27,6 +27,7 @@ from lit_rlhf.algos import (
 )
 from lit_rlhf.callbacks.loss_terms import PolicyLossContext, policy_loss_terms
 from lit_rlhf.modules.policy_forward import critic_values, forward_response, trim_columns
+from lit_rlhf.strategies import start_micro_batch
 from lit_rlhf.types import Rollout
 
 
@@ -82,7 +83,10 @@ class PPOUpdate:
     def run_minibatch(self, idx: Tensor) -> None:
         mask = self.rollout.response_mask[idx]
         n_tokens = mask.sum().clamp(min=1)
-        for micro in idx.split(self.hp.micro_batch_size):
+        micros = idx.split(self.hp.micro_batch_size)
+        for i, micro in enumerate(micros):
+            # under DeepSpeed, micro-batches bypass the engine's forward (no-op elsewhere)
+            start_micro_batch(self.module.trainer.strategy, last=i == len(micros) - 1)
             self.module.manual_backward(self.micro_loss(micro, n_tokens, len(idx)))
 
     def micro_loss(self, micro: Tensor, n_tokens: Tensor, n_seqs: int) -> Tensor:

@@ -1,0 +1,21 @@
+"""Strategy support: DeepSpeed ZeRO-2/3 on CPU processes, and what a module with manual
+optimisation needs under DeepSpeed (ZeRO-3 model building, gradient clipping, micro-batch
+accumulation, gradient norm)."""
+
+from lit_rlhf.strategies.deepspeed_cpu import CPUDeepSpeedStrategy
+from lit_rlhf.strategies.deepspeed_hooks import (
+    deepspeed_grad_norm,
+    is_deepspeed,
+    set_deepspeed_gradient_clipping,
+    start_micro_batch,
+    transformers_zero3_context,
+)
+
+__all__ = [
+    "CPUDeepSpeedStrategy",
+    "deepspeed_grad_norm",
+    "is_deepspeed",
+    "set_deepspeed_gradient_clipping",
+    "start_micro_batch",
+    "transformers_zero3_context",
+]

@@ -64,8 +64,13 @@ def _loader(n: int = 8) -> DataLoader:
 
 def _trainer(tmp_path, callbacks, **kwargs) -> L.Trainer:
     defaults = dict(
-        accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path, callbacks=callbacks,
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=callbacks,
     )
     defaults.update(kwargs)
     return L.Trainer(**defaults)
@@ -92,8 +97,12 @@ def test_tre_term_enters_a_plain_modules_loss(tmp_path):
 
 @pytest.mark.parametrize(
     "callback",
-    [EntropyBonus(alpha=0.1), TrustRegionEntropy(mode="topp", p=0.9), ForkingTokens(),
-     KLCov(top_fraction=0.1)],
+    [
+        EntropyBonus(alpha=0.1),
+        TrustRegionEntropy(mode="topp", p=0.9),
+        ForkingTokens(),
+        KLCov(top_fraction=0.1),
+    ],
     ids=lambda c: type(c).__name__,
 )
 def test_each_callback_trains_a_plain_module(tmp_path, callback):
@@ -127,7 +136,7 @@ def test_kl_cov_replaces_clipping_with_unclipped_ratio_loss():
     # unclipped loss -A * exp(logp - old) = [-exp(0.5), exp(0)];
     # covariance (A - 0) * (logp - (-0.5)) = [0.5, 0.5], a tie broken by position: index 0 is
     # selected (ceil(0.5 * 2) = 1 token) and gets |0 - (-0.5)| = 0.5 added
-    expected = torch.tensor([[-torch.e**0.5 + 0.5, 1.0]])
+    expected = torch.tensor([[-(torch.e**0.5) + 0.5, 1.0]])
     torch.testing.assert_close(total.detach(), expected)
 
 
