@@ -32,3 +32,16 @@ class GenerationEngine(Protocol):
     def sync_weights(self, model: nn.Module) -> None:
         """Make the engine serve ``model``'s current weights (called after every optimizer step)."""
         ...
+
+
+def check_sampling_args(max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """Validate the sampling settings every engine shares, with messages that say the fix."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature <= 0:
+        raise ValueError(
+            f"temperature must be > 0, got {temperature}; for greedy decoding call "
+            "generate(..., greedy=True) instead"
+        )
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from lit_rlhf.rollout.base import check_sampling_args
 from lit_rlhf.types import GenerationOutput
 
 
@@ -66,15 +67,7 @@ class HFGenerationEngine:
         use_cache: bool = True,
         synced_gpus: bool | None = None,
     ) -> None:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature <= 0:
-            raise ValueError(
-                f"temperature must be > 0, got {temperature}; for greedy decoding call "
-                "generate(..., greedy=True) instead"
-            )
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        check_sampling_args(max_new_tokens, temperature, top_p)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p

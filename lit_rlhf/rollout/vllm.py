@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlhf.algos import token_log_probs
+from lit_rlhf.rollout.base import check_sampling_args
 from lit_rlhf.rollout.hf import response_mask_from_eos
 from lit_rlhf.rollout.weight_sync import WeightSnapshot, run_with_deadline
 from lit_rlhf.types import GenerationOutput
@@ -86,15 +87,7 @@ class VLLMGenerationEngine:
         snapshot_device: str | None = None,
         llm_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature <= 0:
-            raise ValueError(
-                f"temperature must be > 0, got {temperature}; for greedy decoding call "
-                "generate(..., greedy=True) instead"
-            )
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        check_sampling_args(max_new_tokens, temperature, top_p)
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
