@@ -74,7 +74,9 @@ PRESETS: dict[str, dict[str, Any]] = {
             "{steps} rollout steps of 4 prompts x 4 samples, the authors' coefficients "
             "(alpha = 0.001 barely moves a 135M model in this many steps). It checks that every "
             "method runs and logs; differences between rows are within seed noise and say "
-            "nothing about the paper's claims."
+            "nothing about the paper's claims. With one optimizer step per rollout the PPO ratio "
+            "is exactly 1, so clipping and KL-Cov's |log ratio| penalty are inert: KL-Cov "
+            "reproduces vanilla here."
         ),
     },
     "gpu": {
