@@ -32,3 +32,14 @@ class RewardFunction(Protocol):
         completions: Sequence[str],
         rows: Sequence[Mapping[str, Any]],
     ) -> RewardOutput: ...
+
+
+def check_batch_lengths(
+    prompts: Sequence[str], completions: Sequence[str], rows: Sequence[Any]
+) -> None:
+    """Raise a clear error when a reward's three batch arguments disagree in length."""
+    if not len(prompts) == len(completions) == len(rows):
+        raise ValueError(
+            f"prompts, completions and rows must have the same length, got "
+            f"{len(prompts)}, {len(completions)}, {len(rows)}"
+        )

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.rewards.base import check_batch_lengths
 from lit_rlhf.types import RewardOutput
 
 _ALLOWED_CHARS = re.compile(r"[0-9+\-*/()\s]*")  # cheap pre-filter before the AST whitelist
@@ -141,11 +142,7 @@ class CountdownReward:
         completions: Sequence[str],
         rows: Sequence[Mapping[str, Any]],
     ) -> RewardOutput:
-        if not len(prompts) == len(completions) == len(rows):
-            raise ValueError(
-                f"prompts, completions and rows must have the same length, got "
-                f"{len(prompts)}, {len(completions)}, {len(rows)}"
-            )
+        check_batch_lengths(prompts, completions, rows)
         correct, format_ok = [], []
         for prompt, completion, row in zip(prompts, completions, rows, strict=True):
             numbers, target = _read_row(row)

@@ -19,6 +19,7 @@ import torch
 from math_verify import parse, verify
 from math_verify.errors import TimeoutException
 
+from lit_rlhf.rewards.base import check_batch_lengths
 from lit_rlhf.types import RewardOutput
 
 
@@ -126,11 +127,7 @@ class MathReward:
         completions: Sequence[str],
         rows: Sequence[Mapping[str, Any]],
     ) -> RewardOutput:
-        if not len(prompts) == len(completions) == len(rows):
-            raise ValueError(
-                f"prompts, completions and rows must have the same length, got "
-                f"{len(prompts)}, {len(completions)}, {len(rows)}"
-            )
+        check_batch_lengths(prompts, completions, rows)
         on_main = threading.current_thread() is threading.main_thread()
         timeout = self.timeout_seconds if on_main else None
         gold_cache: dict[str, list[Any]] = {}  # the G samples of a prompt share one reference
