@@ -71,23 +71,6 @@ class ScheduledValue:
         self.steps = int(state["steps"])
 
 
-@torch.no_grad()
-def full_vocab_diagnostics(
-    logits: Tensor, mask: Tensor, chunk_size: int = 1024
-) -> dict[str, Tensor]:
-    """Masked means of the full-vocabulary entropy and the top-1 probability, without gradient and
-    without an fp32 copy of all logits (rows are processed ``chunk_size`` at a time)."""
-    rows = logits.detach().reshape(-1, logits.shape[-1])
-    top1 = torch.cat(
-        [
-            torch.exp(z.max(-1).values.float() - torch.logsumexp(z.float(), dim=-1))
-            for z in rows.split(chunk_size)
-        ]
-    ).reshape(mask.shape)
-    entropy = entropy_from_logits(logits.detach(), chunk_size=chunk_size)
-    return {"entropy": masked_mean(entropy, mask), "top1_mass": masked_mean(top1, mask)}
-
-
 class _Scheduled(Callback):
     """Shared schedule plumbing: count optimizer steps, checkpoint the count."""
 
@@ -132,12 +115,7 @@ class EntropyBonus(_Scheduled):
     def policy_loss_term(self, trainer: Any, pl_module: Any, ctx: PolicyLossContext) -> Term:
         alpha = self.coefficient()
         entropy = entropy_from_logits(ctx.logits, chunk_size=self.chunk_size)
-        top1 = full_vocab_diagnostics(ctx.logits, ctx.mask, self.chunk_size)["top1_mass"]
-        stats = {
-            "entropy": masked_mean(entropy.detach(), ctx.mask),
-            "top1_mass": top1,
-            "alpha": torch.tensor(alpha),
-        }
+        stats = {**ctx.full_vocab_means(), "alpha": torch.tensor(alpha)}
         return -alpha * entropy, stats
 
 
@@ -152,7 +130,8 @@ class TrustRegionEntropy(_Scheduled):
     Args:
         alpha: bonus weight (paper: 0.001). mode, k, p, max_candidates: the region.
         schedule, final_alpha, warmup_steps, total_steps: the coefficient schedule.
-        log_full_entropy: also log full-vocabulary diagnostics (one extra pass over the logits).
+        log_full_entropy: also log the full-vocabulary entropy and top-1 mass (computed once per
+            micro-batch and shared with the module's own ``ppo/entropy`` log).
     """
 
     def __init__(
@@ -183,7 +162,7 @@ class TrustRegionEntropy(_Scheduled):
             "alpha": torch.tensor(alpha),
         }
         if self.log_full_entropy:
-            stats.update(full_vocab_diagnostics(ctx.logits, ctx.mask))
+            stats.update(ctx.full_vocab_means())
         return -alpha * tre.to(ctx.per_token_loss.dtype), stats
 
 
@@ -213,7 +192,7 @@ class ForkingTokens(_Scheduled):
     def policy_loss_term(self, trainer: Any, pl_module: Any, ctx: PolicyLossContext) -> Term:
         # warmup starts the fraction at 0: keep at least the single top token then
         fraction = min(max(self.coefficient(), 1e-9), 1.0)
-        entropy = entropy_from_logits(ctx.logits.detach())
+        entropy, _ = ctx.full_vocab_stats()
         keep = forking_token_mask(entropy, ctx.mask, top_fraction=fraction)
         dropped = ctx.mask & ~keep
         stats = {

@@ -17,11 +17,13 @@ per-token term [b, R] (zero outside ``mask``) and a dict of detached scalar diag
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+
+from lit_rlhf.algos import entropy_and_top1, masked_mean
 
 
 @dataclass
@@ -34,6 +36,25 @@ class PolicyLossContext:
     advantages: Tensor  # [b, R]
     mask: Tensor  # [b, R] bool, True = response token that counts
     per_token_loss: Tensor  # [b, R] the policy-gradient loss before any extra term
+    _full_vocab: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
+
+    def full_vocab_stats(self) -> tuple[Tensor, Tensor]:
+        """Per-token full-vocabulary entropy and top-1 probability [b, R], detached.
+
+        Computed on first use and shared by every reader of this micro-batch (the module's own
+        ``ppo/entropy`` log and each callback's diagnostics), so logging them costs one pass.
+        """
+        if self._full_vocab is None:
+            self._full_vocab = entropy_and_top1(self.logits)
+        return self._full_vocab
+
+    def full_vocab_means(self) -> dict[str, Tensor]:
+        """Masked means of :meth:`full_vocab_stats`: ``entropy`` and ``top1_mass``."""
+        entropy, top1 = self.full_vocab_stats()
+        return {
+            "entropy": masked_mean(entropy, self.mask),
+            "top1_mass": masked_mean(top1, self.mask),
+        }
 
 
 @runtime_checkable

@@ -1,14 +1,17 @@
 """Cost of the exploration terms, measured side by side in one run.
 
-1. PPO step time on the tiny CPU setting (configs/ppo/countdown_tre_tiny.yaml's model and task)
+1. PPO step time on the tiny CPU setting (configs/ppo/countdown_tre_tiny.yaml's model and task,
+   or the same task with ``--model``)
    with no bonus, the global entropy bonus, TRE-K and TRE-P: methods interleaved over rounds,
    median per-step wall time after warm-up, ratio to vanilla.
 2. Peak memory (and time) of one entropy forward + backward on bf16 logits of shape
    (4, 2048, 151936) (Qwen2.5's padded vocabulary): full-vocabulary entropy unchunked vs chunked,
-   TRE-K and TRE-P. Each variant runs in a fresh process; memory is that process's peak RSS
-   above the logits and their gradient.
+   TRE-K and TRE-P, and plain autograd through an fp32 softmax for reference. Each variant runs
+   in a fresh process under an address-space cap; memory is that process's peak RSS above the
+   logits.
 
-    python scripts/benchmark_exploration.py [--rounds 3 --steps 6] [--shape 4 2048 151936]
+    python scripts/benchmark_exploration.py [--model builtin:small-llama] [--rounds 5 --steps 10]
+        [--shape 4 2048 151936] [--skip-steps | --skip-memory]
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]] | None] = {
 }
 
 
-def step_times(rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
+def step_times(model: str, rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
     import lightning as L
 
     import lit_rlhf.callbacks as cbs
@@ -54,13 +57,13 @@ def step_times(rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
         for name, spec in METHODS.items():
             L.seed_everything(r, verbose=False)
             data = PromptDataModule(
-                tokenizer="builtin:tiny-llama",
+                tokenizer=model,
                 batch_size=4,
                 train=CountdownPrompts(num_examples=4 * steps, seed=r, num_numbers=3, max_value=20),
             )
             module = PPOModule(
                 reward=CountdownReward(format_reward=0.1),
-                model="builtin:tiny-llama",
+                model=model,
                 tokenizer=data.tokenizer,
                 engine=HFGenerationEngine(max_new_tokens=24),
                 samples_per_prompt=4,
@@ -84,17 +87,44 @@ def step_times(rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
     return results
 
 
-def memory_child(variant: str, shape: list[int], chunk: int) -> dict[str, float]:
+def step_table(model: str, rounds: int, steps: int, warmup: int) -> list[str]:
+    times = step_times(model, rounds, steps, warmup)
+    base = statistics.median(times["vanilla"])
+    lines = [
+        f"PPO step time, tiny CPU setting with {model} ({rounds} rounds x {steps} steps, "
+        f"first {warmup} of each dropped):",
+        "",
+        "| method | median step | spread (min-max) | vs vanilla |",
+        "|---|---|---|---|",
+    ]
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        lines.append(
+            f"| {name} | {med * 1000:.1f} ms | {min(ts) * 1000:.1f}-{max(ts) * 1000:.1f} ms | "
+            f"{med / base:.3f}x |"
+        )
+    return lines
+
+
+def memory_child(variant: str, shape: list[int], chunk: int, limit_gib: float) -> dict[str, float]:
     import torch
 
     from lit_rlhf.algos import entropy_from_logits, trust_region_entropy
 
+    if limit_gib:
+        # fail with a clean allocation error instead of waking the kernel's OOM killer
+        limit = int(limit_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     torch.manual_seed(0)
-    logits = (torch.randn(*shape) * 3).to(torch.bfloat16).requires_grad_(True)
-    logits.grad = torch.zeros_like(logits)  # allocate the gradient up front: not counted
+    # drawn in bf16 directly: an fp32 temporary would set a high-water mark above the measurement
+    logits = torch.randn(*shape, dtype=torch.bfloat16).mul_(3).requires_grad_(True)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    if variant == "entropy, unchunked":
+    if variant == "naive autograd":
+        z = logits.float()
+        h = torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(-1)
+        del z
+    elif variant == "entropy, unchunked":
         h = entropy_from_logits(logits, chunk_size=None)
     elif variant == "entropy, chunked":
         h = entropy_from_logits(logits, chunk_size=chunk)
@@ -108,16 +138,24 @@ def memory_child(variant: str, shape: list[int], chunk: int) -> dict[str, float]
     return {"peak_mib": (peak - base) / 1024, "seconds": seconds}
 
 
-def memory_table(shape: list[int], chunk: int) -> list[str]:
+def memory_table(shape: list[int], chunk: int, limit_gib: float) -> list[str]:
     logits_mib = 2 * shape[0] * shape[1] * shape[2] / 2**20
     lines = [
-        f"Entropy forward+backward on bf16 logits {tuple(shape)} ({logits_mib:.0f} MiB; its "
-        f"gradient is allocated beforehand and not counted), chunk {chunk} positions:",
+        f"Entropy forward+backward on bf16 logits {tuple(shape)} ({logits_mib:.0f} MiB), chunk "
+        f"{chunk} positions; peak memory above the logits, including their {logits_mib:.0f} MiB "
+        "gradient (which any backward creates):",
         "",
         "| variant | extra peak memory | time |",
         "|---|---|---|",
     ]
-    for variant in ("entropy, unchunked", "entropy, chunked", "TRE-K, chunked", "TRE-P, chunked"):
+    variants = (
+        "naive autograd",
+        "entropy, unchunked",
+        "entropy, chunked",
+        "TRE-K, chunked",
+        "TRE-P, chunked",
+    )
+    for variant in variants:
         out = subprocess.run(
             [
                 sys.executable,
@@ -128,12 +166,15 @@ def memory_table(shape: list[int], chunk: int) -> list[str]:
                 *map(str, shape),
                 "--chunk",
                 str(chunk),
+                "--memory-limit-gib",
+                str(limit_gib),
             ],
             capture_output=True,
             text=True,
         )
         if out.returncode != 0:
-            lines.append(f"| {variant} | failed: {out.stderr.strip().splitlines()[-1]} | |")
+            last = (out.stderr.strip().splitlines() or ["killed"])[-1][:160]
+            lines.append(f"| {variant} | failed within {limit_gib:.0f} GiB: {last} | |")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         lines.append(f"| {variant} | {r['peak_mib']:.0f} MiB | {r['seconds']:.2f} s |")
@@ -142,34 +183,30 @@ def memory_table(shape: list[int], chunk: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--model", default="builtin:tiny-llama")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--shape", type=int, nargs=3, default=[4, 2048, 151936])
     parser.add_argument("--chunk", type=int, default=1024)
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--skip-steps", action="store_true")
+    parser.add_argument(
+        "--memory-limit-gib",
+        type=float,
+        default=20.0,
+        help="address-space cap for each memory child (0 = none)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
-        print(json.dumps(memory_child(opts.child, opts.shape, opts.chunk)))
+        print(json.dumps(memory_child(opts.child, opts.shape, opts.chunk, opts.memory_limit_gib)))
         return
-    times = step_times(opts.rounds, opts.steps, opts.warmup)
-    base = statistics.median(times["vanilla"])
-    lines = [
-        f"PPO step time, tiny CPU setting ({opts.rounds} rounds x {opts.steps} steps, "
-        f"first {opts.warmup} of each dropped):",
-        "",
-        "| method | median step | spread (min-max) | vs vanilla |",
-        "|---|---|---|---|",
-    ]
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        lines.append(
-            f"| {name} | {med * 1000:.1f} ms | {min(ts) * 1000:.1f}-{max(ts) * 1000:.1f} ms | "
-            f"{med / base:.3f}x |"
-        )
+    lines: list[str] = []
+    if not opts.skip_steps:
+        lines += step_table(opts.model, opts.rounds, opts.steps, opts.warmup)
     if not opts.skip_memory:
-        lines += ["", *memory_table(opts.shape, opts.chunk)]
+        lines += ["", *memory_table(opts.shape, opts.chunk, opts.memory_limit_gib)]
     print("\n".join(lines))
 
 

@@ -6,7 +6,7 @@ Mask convention: bool, True = the token counts.
 """
 
 from lit_rlhf.algos.advantages import gae, group_advantages, rloo_advantages, token_level_rewards
-from lit_rlhf.algos.entropy import entropy_from_logits, token_log_probs
+from lit_rlhf.algos.entropy import entropy_and_top1, entropy_from_logits, token_log_probs
 from lit_rlhf.algos.exploration import (
     CoefficientSchedule,
     ScheduleKind,
@@ -39,6 +39,7 @@ __all__ = [
     "aggregate_loss",
     "clipped_policy_loss",
     "clipped_value_loss",
+    "entropy_and_top1",
     "entropy_from_logits",
     "explained_variance",
     "forking_token_mask",

@@ -5,10 +5,11 @@ every position. TRE computes the entropy of the policy renormalised to its trust
 K largest logits, or the top tokens up to probability mass p), scaled so that a uniform region
 scores log|V| like a uniform vocabulary.
 
-Memory: the region is picked by one ``torch.topk`` per position (never a full sort) and the
-entropy needs only the gathered candidate logits, so what autograd keeps for backward is
-[N, candidates], not [N, V]. Only TRE-P's normaliser (a full-vocabulary logsumexp) touches every
-logit, in fp32 and without gradient, one chunk of rows at a time, hence no checkpointing here.
+Memory: the region is picked by one ``torch.topk`` per position (never a full sort), without
+gradient, one chunk of rows at a time; the entropy needs only the candidate logits, gathered once
+over all rows, so what autograd keeps for backward is [N, candidates], not [N, V], and the
+backward writes the logits' gradient with a single scatter. Only TRE-P's normaliser (a
+full-vocabulary logsumexp) touches every logit, in fp32 and without gradient, chunk by chunk.
 
 Beyond the paper: a candidate whose logit is -inf (probability exactly 0, e.g. a masked vocab
 entry) is never in the region, so it cannot turn the entropy into NaN.
@@ -23,12 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lit_rlhf.algos.entropy import GatherCandidates, _compute_dtype, _spans
+
 TrustRegionMode = Literal["topk", "topp"]
-
-
-def _compute_dtype(logits: Tensor) -> torch.dtype:
-    # fp32 for bf16/fp16/fp32 logits; fp64 logits stay fp64 (exact gradient checks).
-    return torch.promote_types(logits.dtype, torch.float32)
 
 
 def _candidates_and_region(
@@ -60,16 +58,27 @@ def _trust_region_entropy_rows(
     p: float,
     max_candidates: int,
     scale: bool,
+    chunk_size: int | None,
 ) -> tuple[Tensor, Tensor]:
     """(scaled) entropy [N] (fp32, or fp64) and region size [N] long of logits rows [N, V]."""
-    indices, in_region = _candidates_and_region(
-        rows, mode=mode, k=k, p=p, max_candidates=max_candidates
-    )
+    with torch.no_grad():
+        parts = [
+            _candidates_and_region(
+                rows[start:end], mode=mode, k=k, p=p, max_candidates=max_candidates
+            )
+            for start, end in _spans(rows.shape[0], chunk_size)
+        ]
+    if parts:
+        indices, in_region = (torch.cat(t) for t in zip(*parts, strict=True))
+    else:
+        indices = rows.new_zeros((0, 1), dtype=torch.long)
+        in_region = torch.zeros_like(indices, dtype=torch.bool)
     region_size = in_region.sum(dim=-1)
-    # The gradient reaches the logits only through this gather, so positions outside A_t get an
-    # exact zero. Subtracting the (detached) top logit keeps the fp32 sums small; H is invariant
-    # to the shift, so the gradient is unchanged.
-    z = rows.gather(-1, indices).to(_compute_dtype(rows))
+    # The gradient reaches the logits only through this one gather over all rows, so positions
+    # outside A_t get an exact zero and the backward is a single scatter into one buffer the size
+    # of the logits. Subtracting the (detached) top logit keeps the fp32 sums small; H is
+    # invariant to the shift, so the gradient is unchanged.
+    z = GatherCandidates.apply(rows, indices).to(_compute_dtype(rows))
     z = z - z[:, :1].detach()
     z_region = torch.where(in_region, z, float("-inf"))
     q = torch.softmax(z_region, dim=-1)
@@ -147,16 +156,14 @@ def trust_region_entropy(
         (H~ [...] float32 (float64 for float64 logits), region size |A_t| [...] long).
     """
     _validate(logits, mode, k, p, max_candidates, chunk_size)
-    lead_shape = logits.shape[:-1]
-    rows = logits.reshape(-1, logits.shape[-1])
-    size = chunk_size or max(rows.shape[0], 1)
-    entropies, region_sizes = zip(
-        *(
-            _trust_region_entropy_rows(
-                chunk, mode=mode, k=k, p=p, max_candidates=max_candidates, scale=scale
-            )
-            for chunk in rows.split(size)
-        ),
-        strict=True,
+    entropy, region_size = _trust_region_entropy_rows(
+        logits.reshape(-1, logits.shape[-1]),
+        mode=mode,
+        k=k,
+        p=p,
+        max_candidates=max_candidates,
+        scale=scale,
+        chunk_size=chunk_size,
     )
-    return torch.cat(entropies).reshape(lead_shape), torch.cat(region_sizes).reshape(lead_shape)
+    lead_shape = logits.shape[:-1]
+    return entropy.reshape(lead_shape), region_size.reshape(lead_shape)

@@ -16,7 +16,6 @@ from lit_rlhf.algos import (
     aggregate_loss,
     clipped_policy_loss,
     clipped_value_loss,
-    entropy_from_logits,
     gae,
     group_advantages,
     kl_penalty,
@@ -135,8 +134,7 @@ class PPOUpdate:
         if module.critic is not None:
             loss = loss + self._value_loss(fwd, ids, attn, micro, rcols, mask, n_tokens, n_seqs)
         self._check_finite(loss)
-        with torch.no_grad():
-            self._record("ppo/entropy", masked_mean(entropy_from_logits(fwd.logits), mask))
+        self._record("ppo/entropy", ctx.full_vocab_means()["entropy"])
         for key, value in pg_stats._asdict().items():
             self._record(f"ppo/{key}", value)
         for key, value in extra_stats.items():

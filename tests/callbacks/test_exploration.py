@@ -124,6 +124,28 @@ def test_forking_tokens_zero_the_loss_of_low_entropy_tokens():
     assert stats["kept_fraction"] == pytest.approx(0.2)
 
 
+def test_full_vocab_diagnostics_are_computed_once_and_shared(monkeypatch):
+    import lit_rlhf.callbacks.loss_terms as loss_terms
+
+    calls = []
+    real = loss_terms.entropy_and_top1
+    monkeypatch.setattr(loss_terms, "entropy_and_top1", lambda z: calls.append(1) or real(z))
+    logits = torch.randn(2, 5, 9, requires_grad=True)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    zeros = torch.zeros(2, 5)
+    ctx = PolicyLossContext(logits, zeros, zeros, zeros, mask, zeros)
+    tre_stats = TrustRegionEntropy().policy_loss_term(None, None, ctx)[1]
+    bonus_stats = EntropyBonus().policy_loss_term(None, None, ctx)[1]
+    forking_stats = ForkingTokens().policy_loss_term(None, None, ctx)[1]
+    assert len(calls) == 1
+    expected = torch.distributions.Categorical(logits=logits.detach()).entropy().mean()
+    for stats in (tre_stats, bonus_stats, forking_stats):
+        torch.testing.assert_close(stats["entropy"], expected)
+    torch.testing.assert_close(
+        tre_stats["top1_mass"], torch.softmax(logits.detach(), -1).max(-1).values.mean()
+    )
+
+
 def test_kl_cov_replaces_clipping_with_unclipped_ratio_loss():
     log_probs = torch.tensor([[0.0, -1.0]], requires_grad=True)
     old = torch.tensor([[-0.5, -1.0]])
