@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 
-.PHONY: venv venv-vllm demo test test-vllm test-slow lint
+.PHONY: venv venv-vllm venv-bench demo test test-vllm test-slow lint benchmark
 
 venv: $(STAMP)
 
@@ -34,6 +34,23 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@
+
+# The peer benchmark (scripts/benchmark.py) runs lit-rlhf and TRL side by side in one process;
+# TRL is installed here only, never as a dependency of the package.
+BENCH_VENV ?= .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+
+venv-bench: $(BENCH_STAMP)
+
+$(BENCH_STAMP):
+	python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q torch==2.13.0 trl==1.16.0 -e .
+	rm -f $(BENCH_VENV)/.installed-*
+	touch $@
+
+benchmark: venv-bench
+	HF_HUB_OFFLINE=1 $(BENCH_VENV)/bin/python scripts/benchmark.py
 
 demo: venv
 	HF_HUB_OFFLINE=1 $(VENV)/bin/lit-rlhf fit --config configs/ppo/countdown_smollm2.yaml

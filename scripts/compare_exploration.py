@@ -69,14 +69,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         "steps": 12,
         "trainer": {"limit_val_batches": 1, "enable_checkpointing": False},
         "data": {"batch_size": 4, "val_batch_size": 32},
+        # two optimizer steps per rollout, so the second sees a ratio != 1: clipping and
+        # KL-Cov's |log ratio| penalty act
+        "model": {"mini_batch_size": 8},
         "note": (
             "Smoke-scale comparison: SmolLM2-135M-Instruct, easy Countdown, GRPO advantages, "
-            "{steps} rollout steps of 4 prompts x 4 samples, the authors' coefficients "
-            "(alpha = 0.001 barely moves a 135M model in this many steps). It checks that every "
-            "method runs and logs; differences between rows are within seed noise and say "
-            "nothing about the paper's claims. With one optimizer step per rollout the PPO ratio "
-            "is exactly 1, so clipping and KL-Cov's |log ratio| penalty are inert: KL-Cov "
-            "reproduces vanilla here."
+            "{steps} rollout steps of 4 prompts x 4 samples in two mini-batches of 8 (two "
+            "optimizer steps per rollout, so the second one's ratio differs from 1 and clipping "
+            "and KL-Cov act), the authors' coefficients (alpha = 0.001 barely moves a 135M model "
+            "in this many steps). It checks that every method runs and logs; differences between "
+            "rows are within seed noise and say nothing about the paper's claims."
         ),
     },
     "gpu": {
@@ -84,6 +86,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "steps": None,
         "trainer": {},
         "data": {},
+        "model": {},
         "note": (
             "Paper setting (Qwen2.5-1.5B-Instruct, Countdown, PPO with a learned critic, "
             "512 prompts x 8 samples per rollout step), {steps} rollout steps."
@@ -133,6 +136,7 @@ def method_fragment(
     if steps is not None:
         fragment["trainer"]["limit_train_batches"] = steps
     fragment["data"]["init_args"].update(preset["data"])
+    fragment.setdefault("model", {}).setdefault("init_args", {}).update(preset["model"])
     return fragment
 
 

@@ -5,12 +5,15 @@ first generates.
 """
 
 from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.rollout.decode import DecodeLoopEngine, filter_logits
 from lit_rlhf.rollout.hf import HFGenerationEngine, response_mask_from_eos
 from lit_rlhf.rollout.vllm import VLLMGenerationEngine
 
 __all__ = [
+    "DecodeLoopEngine",
     "GenerationEngine",
     "HFGenerationEngine",
     "VLLMGenerationEngine",
+    "filter_logits",
     "response_mask_from_eos",
 ]

@@ -110,8 +110,10 @@ def test_backward_writes_one_gradient_buffer_and_matches_autograd(fn):
     torch.testing.assert_close(out, reference)
     torch.testing.assert_close(grad, reference_grad)
     assert torch.autograd.gradcheck(
-        lambda z: entropy_from_logits(z, chunk_size=2)
-        if fn == "entropy"
-        else token_log_probs(z, labels[:1], chunk_size=2),
+        lambda z: (
+            entropy_from_logits(z, chunk_size=2)
+            if fn == "entropy"
+            else token_log_probs(z, labels[:1], chunk_size=2)
+        ),
         (logits[:1].detach().clone().requires_grad_(),),
     )

@@ -1,0 +1,181 @@
+"""A KV-cache decode loop that calls the model's forward directly (no ``generate`` machinery).
+
+``transformers``' ``generate`` spends, per new token, a good part of a small model's step on
+generic bookkeeping (logits-processor and stopping-criteria lists, model-kwargs updates, a
+growing attention mask and DynamicCache concatenation). For RL rollouts the loop needs far less:
+one forward per token with the cache, sampling from the tempered distribution, recording the
+sampled token's log-prob, and stopping at EOS. With ``cache="static"`` the keys and values are
+written in place into buffers sized for prompt + ``max_new_tokens`` (transformers'
+``StaticCache``), so no tensor grows during decoding.
+
+Sampling semantics equal :class:`~lit_rlhf.rollout.hf.HFGenerationEngine`'s: temperature, then
+top-k, then top-p (a token stays if the mass ranked strictly before it is below ``top_p``);
+log-probs are of the tempered distribution before truncation, as the PPO update recomputes them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+from transformers import DynamicCache, StaticCache
+
+from lit_rlhf.rollout.base import check_sampling_args
+from lit_rlhf.rollout.hf import response_mask_from_eos
+from lit_rlhf.types import GenerationOutput
+
+
+def filter_logits(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
+    """Set logits outside the top-k / nucleus to -inf ([B, V] -> [B, V]; the top token stays)."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = torch.cumsum(probs, dim=-1) - probs
+        remove_sorted = mass_before >= top_p
+        remove_sorted[:, 0] = False
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits
+
+
+class DecodeLoopEngine:
+    """Samples with a direct KV-cache decode loop; returns response ids, mask and log-probs.
+
+    Args:
+        max_new_tokens: response length cap R.
+        temperature: sampling temperature (> 0); the PPO module uses the same value.
+        top_p: nucleus mass; 1.0 disables it. top_k: 0 disables it.
+        cache: ``static`` (preallocated KV buffers, written in place) or ``dynamic``.
+        synced_gpus: run all ``max_new_tokens`` steps even when every sequence has ended, so
+            that ranks sharded under ZeRO-3 stay in lock-step; ``None`` turns it on when a
+            process group with more than one rank is initialised.
+
+    Works with any Hugging Face causal LM whose forward takes a cache (``cache`` or, before
+    transformers 5.2x, ``past_key_values``), ``position_ids`` and ``cache_position`` (the
+    Llama, Qwen2, Mistral, Gemma, ... families).
+    """
+
+    def __init__(
+        self,
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        cache: Literal["static", "dynamic"] = "static",
+        synced_gpus: bool | None = None,
+    ) -> None:
+        check_sampling_args(max_new_tokens, temperature, top_p)
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+        if cache not in ("static", "dynamic"):
+            raise ValueError(f"cache must be 'static' or 'dynamic', got {cache!r}")
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.cache = cache
+        self.synced_gpus = synced_gpus
+
+    def _synced(self) -> bool:
+        if self.synced_gpus is not None:
+            return self.synced_gpus
+        dist = torch.distributed
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+    def _new_cache(self, model: nn.Module, total_len: int) -> Any:
+        config: Any = model.config
+        if self.cache == "static":
+            return StaticCache(config=config, max_cache_len=total_len)
+        return DynamicCache(config=config)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        model: nn.Module,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        tokenizer: Any,
+        *,
+        greedy: bool = False,
+    ) -> GenerationOutput:
+        batch, prompt_len = input_ids.shape
+        steps = self.max_new_tokens
+        temperature = 1.0 if greedy else self.temperature
+        eos = _eos_ids(tokenizer, input_ids.device)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        # the whole mask up front; step t attends to its first prompt_len + t + 1 columns
+        mask = torch.ones(batch, prompt_len + steps, dtype=torch.long, device=input_ids.device)
+        mask[:, :prompt_len] = attention_mask.long()
+        positions = (mask[:, :prompt_len].cumsum(dim=1) - 1).clamp(min=0)
+        cache = self._new_cache(model, prompt_len + steps)
+        cache_kwarg = _cache_kwarg(model)
+        tokens = input_ids.new_full((batch, steps), pad_id)
+        log_probs = torch.zeros(batch, steps, device=input_ids.device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        synced = self._synced()
+        was_training = model.training
+        model.eval()
+        try:
+            logits = model(
+                input_ids=input_ids,
+                attention_mask=mask[:, :prompt_len],
+                position_ids=positions,
+                cache_position=torch.arange(prompt_len, device=input_ids.device),
+                **{cache_kwarg: cache},
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1]
+            next_position = positions[:, -1:] + 1
+            used = steps
+            for t in range(steps):
+                scaled = logits.float() / temperature
+                step_log_probs = torch.log_softmax(scaled, dim=-1)
+                if greedy:
+                    token = scaled.argmax(dim=-1, keepdim=True)
+                else:
+                    filtered = filter_logits(scaled, top_k=self.top_k, top_p=self.top_p)
+                    token = torch.multinomial(torch.softmax(filtered, dim=-1), 1)
+                token = token.masked_fill(finished[:, None], pad_id)
+                tokens[:, t : t + 1] = token
+                log_probs[:, t] = step_log_probs.gather(-1, token).squeeze(-1)
+                log_probs[:, t].masked_fill_(finished, 0.0)
+                if eos is not None:
+                    finished |= torch.isin(token.squeeze(-1), eos)
+                if t + 1 == steps or (not synced and bool(finished.all())):
+                    used = t + 1
+                    break
+                logits = model(
+                    input_ids=token,
+                    attention_mask=mask[:, : prompt_len + t + 1],
+                    position_ids=next_position,
+                    cache_position=torch.tensor([prompt_len + t], device=input_ids.device),
+                    **{cache_kwarg: cache},
+                    use_cache=True,
+                ).logits[:, -1]
+                next_position = next_position + 1
+        finally:
+            model.train(was_training)
+        tokens, log_probs = tokens[:, :used], log_probs[:, :used]
+        response_mask = response_mask_from_eos(tokens, tokenizer.eos_token_id)
+        tokens = tokens.masked_fill(~response_mask, pad_id)
+        return GenerationOutput(tokens, response_mask, log_probs.masked_fill(~response_mask, 0.0))
+
+    def sync_weights(self, model: nn.Module) -> None:
+        """Nothing to do: generation runs on the training weights themselves."""
+
+
+def _cache_kwarg(model: nn.Module) -> str:
+    """transformers renamed the forward's ``past_key_values`` to ``cache`` (5.2x)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _eos_ids(tokenizer: Any, device: torch.device) -> Tensor | None:
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        return None
+    return torch.as_tensor(eos, device=device).reshape(-1)
