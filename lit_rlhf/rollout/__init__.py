@@ -5,7 +5,7 @@ first generates.
 """
 
 from lit_rlhf.rollout.base import GenerationEngine
-from lit_rlhf.rollout.decode import DecodeLoopEngine, filter_logits
+from lit_rlhf.rollout.decode import DecodeLoopEngine, filter_logits, sample_categorical
 from lit_rlhf.rollout.hf import HFGenerationEngine, response_mask_from_eos
 from lit_rlhf.rollout.vllm import VLLMGenerationEngine
 
@@ -16,4 +16,5 @@ __all__ = [
     "VLLMGenerationEngine",
     "filter_logits",
     "response_mask_from_eos",
+    "sample_categorical",
 ]

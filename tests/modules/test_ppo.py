@@ -5,7 +5,7 @@ import torch
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.modules.ppo_update import PPOUpdate
-from lit_rlhf.rollout import HFGenerationEngine
+from lit_rlhf.rollout import DecodeLoopEngine, HFGenerationEngine
 from tests.helpers import ConstantReward, prompt_loader
 
 PROMPTS = [f"Using the numbers [{i}, {i + 3}]" for i in range(16)]
@@ -56,8 +56,9 @@ def trainer(tmp_path, **kwargs):
         dict(advantage="rloo", kl_coef=0.05, kl_in="loss"),
         dict(advantage="gae", critic="separate", kl_coef=0.05, kl_in="reward"),
         dict(advantage="gae", critic="value_head", ppo_epochs=2, mini_batch_size=4),
+        dict(advantage="grpo", engine=DecodeLoopEngine(max_new_tokens=8), kl_coef=0.05),
     ],
-    ids=["grpo", "rloo-kl-loss", "gae-critic-kl-reward", "gae-value-head"],
+    ids=["grpo", "rloo-kl-loss", "gae-critic-kl-reward", "gae-value-head", "decode-loop-engine"],
 )
 def test_every_trainable_parameter_changes(tiny_model_dir, tmp_path, kwargs):
     module = make_module(tiny_model_dir, **kwargs)
