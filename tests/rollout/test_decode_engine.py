@@ -1,3 +1,5 @@
+import shutil
+
 import pytest
 import torch
 from transformers import TopPLogitsWarper
@@ -110,7 +112,14 @@ def test_top_k_filter_keeps_k_tokens():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"temperature": 0.0}, {"max_new_tokens": 0}, {"top_k": -1}, {"cache": "paged"}]
+    "kwargs",
+    [
+        {"temperature": 0.0},
+        {"max_new_tokens": 0},
+        {"top_k": -1},
+        {"cache": "paged"},
+        {"cache": "dynamic", "compile": True},
+    ],
 )
 def test_rejects_bad_settings(kwargs):
     with pytest.raises(ValueError):
@@ -126,3 +135,26 @@ def test_inverse_cdf_sampling_follows_the_distribution():
     torch.testing.assert_close(freq, probs[0], atol=0.03, rtol=0)
     assert (draws[1] == 2).all()  # a one-hot row always gives its token
     assert not (draws == 1).any()  # a zero-probability token is never drawn
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_decode_equals_eager_and_sees_weight_updates(tiny):
+    tokenizer, model = tiny
+    enc = _enc(tokenizer)
+    eager = DecodeLoopEngine(max_new_tokens=6)
+    compiled = DecodeLoopEngine(max_new_tokens=6, compile=True)
+
+    def both():
+        args = (model, enc.input_ids, enc.attention_mask, tokenizer)
+        return eager.generate(*args, greedy=True), compiled.generate(*args, greedy=True)
+
+    a, b = both()
+    assert torch.equal(a.response_ids, b.response_ids)
+    torch.testing.assert_close(a.log_probs, b.log_probs, atol=1e-5, rtol=0)
+    with torch.no_grad():  # an "optimizer step": the compiled forward must use the new weights
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    c, d = both()
+    assert not torch.allclose(a.log_probs, c.log_probs)
+    assert torch.equal(c.response_ids, d.response_ids)
+    torch.testing.assert_close(c.log_probs, d.log_probs, atol=1e-5, rtol=0)
