@@ -107,7 +107,7 @@ def make_engine(kind: str) -> Any:
         # compiled (not enforce_eager): ~30 s of start-up, inside the first warm-up step
         return VLLMGenerationEngine(**sampling, kv_cache_memory_bytes=256 << 20, max_model_len=256)
     if kind == "decode":
-        return DecodeLoopEngine(**sampling, cache="static")
+        return DecodeLoopEngine(**sampling, cache="static", compile=True)
     return HFGenerationEngine(**sampling)
 
 
