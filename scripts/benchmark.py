@@ -41,7 +41,7 @@ import torch
 
 SIZES = {"tiny": "builtin:small-llama", "mid": "builtin:mid-llama"}
 PROMPTS, PROMPTS_PER_STEP, SAMPLES, NEW_TOKENS, LR = 256, 8, 4, 64, 1e-6
-QUESTION = "Using the numbers {numbers}, make {target}."
+QUESTION = "Use the numbers {numbers} to make {target}."  # 13-16 tokens
 
 
 def prompt_source() -> Any:
