@@ -27,6 +27,8 @@ from lit_rlhf.rollout.base import check_sampling_args
 from lit_rlhf.rollout.hf import response_mask_from_eos
 from lit_rlhf.types import GenerationOutput
 
+_SLOT_BUCKET = 64  # static-cache length granularity under compile
+
 
 def filter_logits(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
     """Set logits outside the top-k / nucleus to -inf ([B, V] -> [B, V]; the top token stays)."""
@@ -144,11 +146,16 @@ class DecodeLoopEngine:
         eos = _eos_ids(tokenizer, input_ids.device)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # the whole mask up front; step t attends to its first prompt_len + t + 1 columns
-        mask = torch.ones(batch, prompt_len + steps, dtype=torch.long, device=input_ids.device)
+        slots = prompt_len + steps
+        if self.compile:
+            # round the cache up so that prompt batches of different lengths share one compiled
+            # graph (slots past the last token are never attended: the causal rule hides them)
+            slots = -(-slots // _SLOT_BUCKET) * _SLOT_BUCKET
+        mask = torch.ones(batch, slots, dtype=torch.long, device=input_ids.device)
         mask[:, :prompt_len] = attention_mask.long()
         positions = (mask[:, :prompt_len].cumsum(dim=1) - 1).clamp(min=0)
-        cache = self._new_cache(model, prompt_len + steps)
-        cache_kwarg = _cache_kwarg(model)
+        cache = self._new_cache(model, slots)
+        cache_kwarg = model_cache_kwarg(model)
         decode = self._decode_forward(model)
         # a static cache is read through a mask over all its slots (future slots are hidden by
         # the causal rule), which keeps every decode step's shapes identical
@@ -208,7 +215,7 @@ class DecodeLoopEngine:
         """Nothing to do: generation runs on the training weights themselves."""
 
 
-def _cache_kwarg(model: nn.Module) -> str:
+def model_cache_kwarg(model: nn.Module) -> str:
     """transformers renamed the forward's ``past_key_values`` to ``cache`` (5.2x)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
