@@ -106,8 +106,8 @@ def make_engine(kind: str) -> Any:
     if kind == "vllm":
         # compiled (not enforce_eager): ~30 s of start-up, inside the first warm-up step
         return VLLMGenerationEngine(**sampling, kv_cache_memory_bytes=256 << 20, max_model_len=256)
-    if kind == "decode":
-        return DecodeLoopEngine(**sampling, cache="static", compile=True)
+    if kind in ("decode", "decode_eager"):
+        return DecodeLoopEngine(**sampling, cache="static", compile=kind == "decode")
     return HFGenerationEngine(**sampling)
 
 

@@ -10,7 +10,7 @@
    in a fresh process under an address-space cap; memory is that process's peak RSS above the
    logits.
 
-    python scripts/benchmark_exploration.py [--model builtin:small-llama] [--rounds 5 --steps 10]
+    python scripts/benchmark_exploration.py [--model builtin:small-llama] [--rounds 8 --steps 10]
         [--shape 4 2048 151936] [--skip-steps | --skip-memory]
 """
 
@@ -33,7 +33,8 @@ METHODS: dict[str, tuple[str, dict[str, Any]] | None] = {
 }
 
 
-def step_times(model: str, rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
+def step_times(model: str, rounds: int, steps: int, warmup: int) -> dict[str, list[list[float]]]:
+    """Per method, one list of timed step durations per round."""
     import lightning as L
 
     import lit_rlhf.callbacks as cbs
@@ -52,7 +53,7 @@ def step_times(model: str, rounds: int, steps: int, warmup: int) -> dict[str, li
         def on_train_batch_end(self, *args: Any) -> None:
             self.times.append(time.perf_counter() - self.start)
 
-    results: dict[str, list[float]] = {name: [] for name in METHODS}
+    results: dict[str, list[list[float]]] = {name: [] for name in METHODS}
     for r in range(rounds):
         for name, spec in METHODS.items():
             L.seed_everything(r, verbose=False)
@@ -83,25 +84,31 @@ def step_times(model: str, rounds: int, steps: int, warmup: int) -> dict[str, li
                 enable_model_summary=False,
                 callbacks=callbacks,
             ).fit(module, datamodule=data)
-            results[name].extend(timer.times[warmup:])
+            results[name].append(timer.times[warmup:])
     return results
 
 
 def step_table(model: str, rounds: int, steps: int, warmup: int) -> list[str]:
+    """Median step per method, and the ratio to vanilla as the median over rounds of
+    (method's median / vanilla's median in the same round): a burst of machine noise then skews
+    one round, not the estimate."""
     times = step_times(model, rounds, steps, warmup)
-    base = statistics.median(times["vanilla"])
+    base = [statistics.median(ts) for ts in times["vanilla"]]
     lines = [
         f"PPO step time, tiny CPU setting with {model} ({rounds} rounds x {steps} steps, "
-        f"first {warmup} of each dropped):",
+        f"first {warmup} of each dropped; methods interleaved within each round):",
         "",
-        "| method | median step | spread (min-max) | vs vanilla |",
-        "|---|---|---|---|",
+        "| method | median step | spread (min-max) | vs vanilla (median of per-round ratios) | "
+        "per-round ratio range |",
+        "|---|---|---|---|---|",
     ]
-    for name, ts in times.items():
-        med = statistics.median(ts)
+    for name, per_round in times.items():
+        flat = [t for ts in per_round for t in ts]
+        ratios = [statistics.median(ts) / b for ts, b in zip(per_round, base, strict=True)]
         lines.append(
-            f"| {name} | {med * 1000:.1f} ms | {min(ts) * 1000:.1f}-{max(ts) * 1000:.1f} ms | "
-            f"{med / base:.3f}x |"
+            f"| {name} | {statistics.median(flat) * 1000:.1f} ms | {min(flat) * 1000:.1f}-"
+            f"{max(flat) * 1000:.1f} ms | {statistics.median(ratios):.3f}x | "
+            f"{min(ratios):.3f}-{max(ratios):.3f} |"
         )
     return lines
 
@@ -184,7 +191,7 @@ def memory_table(shape: list[int], chunk: int, limit_gib: float) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="builtin:tiny-llama")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--shape", type=int, nargs=3, default=[4, 2048, 151936])

@@ -1,0 +1,55 @@
+"""scripts/benchmark.py's FLOP accounting and the lit-rlhf side of a run (TRL is not installed
+in the test venv; the benchmark's own venv runs the real comparison)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("peer_benchmark", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CONFIG = SimpleNamespace(
+    hidden_size=8,
+    num_hidden_layers=2,
+    intermediate_size=16,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    vocab_size=10,
+)
+
+
+def test_forward_flops_count_every_matmul():
+    bench = _load()
+    # per layer: q 8x8, k and v 8x4 each, o 8x8, gate/up/down 3 x 8x16 = 64+64+64+384 = 576
+    # weights; 2 FLOPs per weight per token; attention 4*h*context per layer; LM head 2*h*V
+    flops = bench.forward_flops(CONFIG, tokens=3, context=5, lm_head_tokens=2)
+    assert flops == 3 * 2 * (2 * 576 + 4 * 8 * 5) + 2 * 2 * 8 * 10
+
+
+def test_step_flops_adds_the_reference_forward_only_with_kl():
+    bench = _load()
+    without = bench.step_flops(CONFIG, 4, 6, beta=0.0)
+    with_kl = bench.step_flops(CONFIG, 4, 6, beta=0.04)
+    b = bench.PROMPTS_PER_STEP * bench.SAMPLES
+    assert with_kl - without == pytest.approx(bench.forward_flops(CONFIG, b * 10, 5, b * 6))
+
+
+def test_lit_rlhf_side_runs_and_times_every_step(monkeypatch, tmp_path):
+    bench = _load()
+    monkeypatch.setattr(bench, "PROMPTS", 16)
+    monkeypatch.setattr(bench, "NEW_TOKENS", 4)
+    result = bench.run_lit_rlhf("builtin:tiny-llama", 0.04, 2, "decode_eager")
+    assert len(result["times"]) == len(result["gen"]) == len(result["lengths"]) == 2
+    assert all(0 < g < t for g, t in zip(result["gen"], result["times"], strict=True))
