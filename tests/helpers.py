@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -33,3 +36,13 @@ class ConstantReward:
 
     def __call__(self, prompts: Any, completions: Any, rows: Any) -> RewardOutput:
         return RewardOutput(torch.full((len(completions),), self.value))
+
+
+def load_script(name: str) -> ModuleType:
+    """Import ``scripts/<name>.py`` (scripts are not a package)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

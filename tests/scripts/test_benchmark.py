@@ -3,21 +3,15 @@ in the test venv; the benchmark's own venv runs the real comparison)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark.py"
+from tests.helpers import load_script
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("peer_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmark")
 
 
 CONFIG = SimpleNamespace(

@@ -4,22 +4,19 @@ results table and curves built from hand-made metrics.csv files."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import yaml
+
+from tests.helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_exploration.py"
 BASE = SCRIPT.parents[1] / "configs" / "ppo" / "countdown_smollm2.yaml"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_exploration", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("compare_exploration")
 
 
 def test_dry_run_writes_one_fragment_per_method_with_the_authors_defaults(
