@@ -19,9 +19,10 @@ reference forward when beta > 0, divided by the fp32 GEMM rate measured at the s
     make benchmark                      # builds .venv-bench (TRL + vLLM + lit-rlhf), runs all
     .venv-bench/bin/python scripts/benchmark.py --sizes tiny --betas 0 --steps 3 --warmup 1
 
-lit-rlhf is timed with the vLLM engine (compiled, colocated, weights pushed after every step) and
-with its own decode loop over the Hugging Face model (``DecodeLoopEngine``); ``--engines hf``
-adds transformers' ``generate``. Each (framework, size, beta) runs in a fresh process.
+lit-rlhf is timed with the vLLM engine (compiled, colocated, weights pushed after every step);
+``--engines vllm decode hf`` adds its own decode loop over the Hugging Face model
+(``DecodeLoopEngine``, compiled) and transformers' ``generate``. Each run is a fresh process;
+``--repeats`` runs per framework alternate in order (A B, B A, ...).
 """
 
 from __future__ import annotations
@@ -302,6 +303,22 @@ def spawn(kind: str, size: str, beta: float, opts: argparse.Namespace) -> dict[s
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def measure(
+    kinds: list[str], size: str, beta: float, opts: argparse.Namespace
+) -> dict[str, dict[str, list[float]]]:
+    """Timed steps (warm-ups dropped) of each kind, pooled over ``opts.repeats`` runs in
+    alternating order (A B C, C B A, ...) so that slow drifts of the machine hit every kind."""
+    pooled: dict[str, dict[str, list[float]]] = {
+        kind: {"times": [], "gen": [], "lengths": []} for kind in kinds
+    }
+    for r in range(opts.repeats):
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:
+            result = spawn(kind, size, beta, opts)
+            for key, values in pooled[kind].items():
+                values.extend(result[key][opts.warmup :])
+    return pooled
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
@@ -309,11 +326,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="runs per framework, alternating")
     parser.add_argument(
         "--engines",
         nargs="+",
         choices=["vllm", "decode", "hf"],
-        default=["vllm", "decode"],
+        default=["vllm"],
         help="lit-rlhf generation engines to time (hf = transformers generate)",
     )
     parser.add_argument("--child", choices=list(LABELS), help=argparse.SUPPRESS)
@@ -330,7 +348,8 @@ def main() -> None:
     lines = [
         f"fp32 GEMM rate (best 1024^3 matmul, {opts.threads} threads): {rate / 1e9:.0f} GFLOP/s. "
         f"Each run is a fresh process; {opts.steps} timed optimizer steps after {opts.warmup} "
-        "warm-up; medians (min-max).",
+        f"warm-up, {opts.repeats} runs per framework in alternating order, medians (min-max) "
+        "over all timed steps.",
         "",
         "| size | beta | framework | step | in generation | completions/s | mean length | "
         "x compute limit | vs TRL |",
@@ -344,12 +363,12 @@ def main() -> None:
         lengths = prompt_lengths(model)
         config = load_causal_lm(model).config
         for beta in opts.betas:
-            results = {kind: spawn(kind, size, beta, opts) for kind in [*opts.engines, "trl"]}
-            trl_median = statistics.median(results["trl"]["times"][opts.warmup :])
+            results = measure([*opts.engines, "trl"], size, beta, opts)
+            trl_median = statistics.median(results["trl"]["times"])
             for kind, result in results.items():
-                length = statistics.fmean(result["lengths"][opts.warmup :] or [NEW_TOKENS])
+                length = statistics.fmean(result["lengths"] or [NEW_TOKENS])
                 flops = step_flops(config, statistics.fmean(lengths), length, beta)
-                s = summarise(LABELS[kind], result, opts.warmup, flops / rate)
+                s = summarise(LABELS[kind], result, 0, flops / rate)
                 line = (
                     f"| {size} | {beta:g} | {LABELS[kind]} | {s['median']:.3f} s "
                     f"({s['min']:.3f}-{s['max']:.3f}) | {s['gen']:.3f} s | "
