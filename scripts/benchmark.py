@@ -377,8 +377,12 @@ def main() -> None:
                 )
                 lines.append(line)
                 print(line, flush=True)
+    rate_after = gemm_rate()
     lines += [
         "",
+        f"fp32 GEMM rate at the end: {rate_after / 1e9:.0f} GFLOP/s (the 'x compute limit' "
+        "column used the rate at the start; if they differ much, the machine's speed changed "
+        "during the run and that column is off by the same factor).",
         f"Prompts: {min(lengths)}-{max(lengths)} tokens. 'vs TRL' = TRL's median step time / "
         "this row's (throughput ratio).",
     ]
