@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor, nn
 
 from lit_rlhf.types import GenerationOutput
@@ -45,3 +48,23 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_p: float) -
         )
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def ranks_in_lockstep(synced_gpus: bool | None) -> bool:
+    """Whether decoding must run every step on every rank: ``synced_gpus`` if set, else on when
+    a process group with more than one rank is initialised (ZeRO-3 shards need all ranks)."""
+    if synced_gpus is not None:
+        return synced_gpus
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Run a block with ``model`` in eval mode (no dropout) and restore its mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from transformers import DynamicCache, StaticCache
 
-from lit_rlhf.rollout.base import check_sampling_args
+from lit_rlhf.rollout.base import check_sampling_args, eval_mode, ranks_in_lockstep
 from lit_rlhf.rollout.hf import response_mask_from_eos
 from lit_rlhf.types import GenerationOutput
 
@@ -109,12 +109,6 @@ class DecodeLoopEngine:
         self.synced_gpus = synced_gpus
         self._compiled: tuple[int, Any] | None = None  # (id of the model, compiled forward)
 
-    def _synced(self) -> bool:
-        if self.synced_gpus is not None:
-            return self.synced_gpus
-        dist = torch.distributed
-        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
     def _decode_forward(self, model: nn.Module) -> Any:
         """The per-token forward: ``model.forward``, or its ``torch.compile`` (built once per
         model; parameters are graph inputs, so optimizer updates are seen without recompiling)."""
@@ -163,10 +157,8 @@ class DecodeLoopEngine:
         tokens = input_ids.new_full((batch, steps), pad_id)
         log_probs = torch.zeros(batch, steps, device=input_ids.device)
         finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-        synced = self._synced()
-        was_training = model.training
-        model.eval()
-        try:
+        synced = ranks_in_lockstep(self.synced_gpus)
+        with eval_mode(model):
             logits = model(
                 input_ids=input_ids,
                 attention_mask=mask[:, :prompt_len],
@@ -204,8 +196,6 @@ class DecodeLoopEngine:
                     use_cache=True,
                 ).logits[:, -1]
                 next_position = next_position + 1
-        finally:
-            model.train(was_training)
         tokens, log_probs = tokens[:, :used], log_probs[:, :used]
         response_mask = response_mask_from_eos(tokens, tokenizer.eos_token_id)
         tokens = tokens.masked_fill(~response_mask, pad_id)

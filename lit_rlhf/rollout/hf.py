@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from lit_rlhf.rollout.base import check_sampling_args
+from lit_rlhf.rollout.base import check_sampling_args, eval_mode, ranks_in_lockstep
 from lit_rlhf.types import GenerationOutput
 
 
@@ -89,12 +89,6 @@ class HFGenerationEngine:
             use_cache=self.use_cache,
         )
 
-    def _synced(self) -> bool:
-        if self.synced_gpus is not None:
-            return self.synced_gpus
-        dist = torch.distributed
-        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
     @torch.no_grad()
     def generate(
         self,
@@ -107,18 +101,14 @@ class HFGenerationEngine:
     ) -> GenerationOutput:
         prompt_len = input_ids.shape[1]
         recorder = _RecordLogProbs(1.0 if greedy else self.temperature, prompt_len)
-        was_training = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             sequences = model.generate(  # type: ignore[operator]
                 input_ids=input_ids,
                 attention_mask=attention_mask.long(),
                 generation_config=self._config(tokenizer, greedy),
                 logits_processor=LogitsProcessorList([recorder]),
-                synced_gpus=self._synced(),
+                synced_gpus=ranks_in_lockstep(self.synced_gpus),
             )
-        finally:
-            model.train(was_training)
         response_ids = sequences[:, prompt_len:]
         log_probs = recorder.finish(sequences)[:, : response_ids.shape[1]]
         mask = response_mask_from_eos(response_ids, tokenizer.eos_token_id)

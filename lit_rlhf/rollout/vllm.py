@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlhf.algos import token_log_probs
-from lit_rlhf.rollout.base import check_sampling_args
+from lit_rlhf.rollout.base import check_sampling_args, eval_mode
 from lit_rlhf.rollout.hf import response_mask_from_eos
 from lit_rlhf.rollout.weight_sync import WeightSnapshot, run_with_deadline
 from lit_rlhf.types import GenerationOutput
@@ -329,9 +329,7 @@ def _policy_log_probs(
     """[B, R] log-probs of the response under ``softmax(logits / temperature)`` of the policy."""
     ids = torch.cat([prompt_ids, response_ids], dim=1)
     mask = torch.cat([prompt_mask, response_mask], dim=1)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         logits = model(
             input_ids=ids,
             attention_mask=mask.long(),
@@ -339,8 +337,6 @@ def _policy_log_probs(
             logits_to_keep=response_ids.shape[1] + 1,
             use_cache=False,
         ).logits[:, :-1]
-    finally:
-        model.train(was_training)
     return token_log_probs(logits.float() / temperature, response_ids)
 
 
