@@ -256,10 +256,12 @@ def prompt_lengths(model: str) -> list[int]:
     return [len(ids) for ids in tokenizer(list(prompt_source().load()["question"])).input_ids]
 
 
-def summarise(name: str, result: dict[str, Any], warmup: int, limit: float) -> dict[str, Any]:
-    times, gen = result["times"][warmup:], result["gen"][warmup:]
+def summarise(name: str, result: dict[str, Any], limit: float) -> dict[str, Any]:
+    """Median/min/max step, median generation time, mean length and step / compute limit of
+    the timed steps (warm-ups already dropped by :func:`measure`)."""
+    times, gen = result["times"], result["gen"]
     if not times:
-        raise RuntimeError(f"{name}: no timed steps (got {len(result['times'])} in all)")
+        raise RuntimeError(f"{name}: no timed steps; raise --steps")
     median = statistics.median(times)
     return {
         "name": name,
@@ -267,7 +269,7 @@ def summarise(name: str, result: dict[str, Any], warmup: int, limit: float) -> d
         "min": min(times),
         "max": max(times),
         "gen": statistics.median(gen),
-        "length": statistics.fmean(result["lengths"][warmup:] or [float("nan")]),
+        "length": statistics.fmean(result["lengths"] or [float("nan")]),
         "x_limit": median / limit,
     }
 
@@ -368,7 +370,7 @@ def main() -> None:
             for kind, result in results.items():
                 length = statistics.fmean(result["lengths"] or [NEW_TOKENS])
                 flops = step_flops(config, statistics.fmean(lengths), length, beta)
-                s = summarise(LABELS[kind], result, 0, flops / rate)
+                s = summarise(LABELS[kind], result, flops / rate)
                 line = (
                     f"| {size} | {beta:g} | {LABELS[kind]} | {s['median']:.3f} s "
                     f"({s['min']:.3f}-{s['max']:.3f}) | {s['gen']:.3f} s | "
