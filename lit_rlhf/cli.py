@@ -12,6 +12,8 @@ from typing import Any
 from lightning import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI
 
+from lit_rlhf.strategies.shutdown import shutdown_distributed
+
 
 class LitRLHFCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -33,8 +35,10 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
 
 
 def main() -> None:
-    """Console-script entry point: ``lit-rlhf``."""
+    """Console-script entry point: ``lit-rlhf``. Every rank of a multi-process run meets at a
+    barrier and destroys the process group before exiting (see ``shutdown_distributed``)."""
     cli_main()
+    shutdown_distributed()
 
 
 if __name__ == "__main__":

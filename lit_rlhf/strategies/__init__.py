@@ -10,12 +10,14 @@ from lit_rlhf.strategies.deepspeed_hooks import (
     start_micro_batch,
     transformers_zero3_context,
 )
+from lit_rlhf.strategies.shutdown import shutdown_distributed
 
 __all__ = [
     "CPUDeepSpeedStrategy",
     "deepspeed_grad_norm",
     "is_deepspeed",
     "set_deepspeed_gradient_clipping",
+    "shutdown_distributed",
     "start_micro_batch",
     "transformers_zero3_context",
 ]

@@ -40,7 +40,7 @@ from lit_rlhf.models import load_tokenizer, resolve
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.modules.policy_forward import forward_response
 from lit_rlhf.rollout import HFGenerationEngine
-from lit_rlhf.strategies import CPUDeepSpeedStrategy
+from lit_rlhf.strategies import CPUDeepSpeedStrategy, shutdown_distributed
 from lit_rlhf.types import GenerationOutput, RewardOutput
 from tests.helpers import prompt_loader
 
@@ -213,6 +213,7 @@ def main() -> None:
             "strategy": type(trainer.strategy).__name__,
         }
         Path(args.out).write_text(json.dumps(summary))
+    shutdown_distributed()
 
 
 if __name__ == "__main__":
