@@ -35,9 +35,13 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
 
 
 def main() -> None:
-    """Console-script entry point: ``lit-rlhf``. Every rank of a multi-process run meets at a
-    barrier and destroys the process group before exiting (see ``shutdown_distributed``)."""
-    cli_main()
+    """Console-script entry point: ``lit-rlhf``. When the run is over the module releases its
+    engine (``close``: a vLLM instance), then every rank of a multi-process run meets at a
+    barrier and destroys the process group (see ``shutdown_distributed``)."""
+    cli = cli_main()
+    close = getattr(cli.model, "close", None)
+    if callable(close):
+        close()
     shutdown_distributed()
 
 

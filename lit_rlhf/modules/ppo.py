@@ -356,6 +356,13 @@ class PPOModule(LightningModule):
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)
 
+    def close(self) -> None:
+        """Release what the generation engine holds outside PyTorch (a vLLM instance). Called by
+        ``lit-rlhf`` when the run is over; engines without such resources have no ``close``."""
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
+
     # ------------------------------------------------------------ checkpoint
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lit_rlhf"] = {

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from lit_rlhf.algos import token_log_probs
@@ -219,6 +220,24 @@ class VLLMGenerationEngine:
         self._phase = f"gathering / comparing parameter {name!r}"
 
     # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Shut the in-process vLLM engine down and free its memory; the next ``generate``
+        starts a new one (with a full weight push).
+
+        vLLM's shutdown also destroys torch.distributed's default process group (it treats the
+        group as its own), so under DDP/DeepSpeed call this only when the run is over: every
+        rank first meets at a barrier. ``lit-rlhf`` calls it at the end of the process; without
+        it vLLM does the same from an exit handler.
+        """
+        if self.llm is None:
+            return
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+        llm, self.llm = self.llm, None
+        llm.llm_engine.engine_core.shutdown()
+        self.snapshot = WeightSnapshot(self.snapshot.device)
+        self._asleep = self._sync_pending = False
+
     def _awake_llm(self, model: nn.Module) -> Any:
         self._check_usable()
         if self.llm is None:

@@ -187,6 +187,21 @@ def test_partial_sync_of_one_tensor(engine, policy, tokenizer, batch, name, sent
     assert engine.last_sync_tensors == sent
 
 
+def test_close_then_generate_starts_a_new_instance_with_every_weight_pushed(
+    engine, policy, tokenizer, batch
+):
+    engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
+    engine.close()
+    assert engine.llm is None
+    # the new instance loads the folder's (original) weights; earlier tests moved the policy, and
+    # the push after start must send all of it, not the diff against the closed instance
+    out = engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
+    assert engine.last_sync_tensors == len(list(policy.parameters()))
+    ref = hf_greedy(policy, batch, tokenizer)
+    assert torch.equal(out.response_ids, ref.response_ids)
+    assert max_diff(out.log_probs, ref.log_probs, out.response_mask) < LOGPROB_TOL
+
+
 def test_sleep_mode_is_refused_on_cpu(policy):
     engine = VLLMGenerationEngine(enable_sleep_mode=True)
     with pytest.raises(ValueError, match="not supported on CPU"):
