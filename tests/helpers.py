@@ -1,4 +1,5 @@
-"""Small shared pieces for tests: a prompt loader without the DataModule, and a toy reward."""
+"""Small shared pieces for tests: a prompt loader without the DataModule, a toy reward, a quiet
+trainer, and loading a script as a module."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
@@ -46,3 +48,19 @@ def load_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def quiet_trainer(root: Any, **kwargs: Any) -> L.Trainer:
+    """A CPU ``L.Trainer`` for tests: one epoch, no logger, checkpointing, progress bar or
+    summary; ``kwargs`` override."""
+    defaults: dict[str, Any] = dict(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+    )
+    defaults.update(kwargs)
+    return L.Trainer(**defaults)

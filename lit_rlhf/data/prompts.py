@@ -11,8 +11,10 @@ A batch is a dict::
     row             [b] dict, the full data row (question, prompt, answer/numbers/target, ...)
 
 Shuffling is seeded by ``seed`` and the epoch, so the order of an epoch does not depend on how
-many epochs ran before it in this process, and a run resumed at an epoch boundary sees the same
-order as the uninterrupted one.
+many epochs ran before it in this process. The training loader is torchdata's
+``StatefulDataLoader``: Lightning stores its position in every checkpoint, so a run resumed from a
+mid-epoch checkpoint continues with the next unseen batch of that epoch (with a plain
+``DataLoader`` it would restart the epoch and train on its first batches twice).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_rlhf.data.sources import PromptSource
 from lit_rlhf.models import load_tokenizer
@@ -119,8 +122,13 @@ class PromptDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         data = self._require(self.train_data, "train")
-        sampler = EpochShuffleSampler(len(data), seed=self.seed) if self.shuffle else None
-        return self._loader(data, self.batch_size, sampler)
+        # the epoch a resumed run is in: Lightning makes the (resumed) iterator before it calls
+        # set_epoch, so a sampler left at epoch 0 would replay epoch 0's order
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        sampler = (
+            EpochShuffleSampler(len(data), seed=self.seed, epoch=epoch) if self.shuffle else None
+        )
+        return self._loader(data, self.batch_size, sampler, resumable=True)
 
     def val_dataloader(self) -> DataLoader | list:
         if self.val_source is None:
@@ -128,9 +136,14 @@ class PromptDataModule(LightningDataModule):
         return self._loader(self._require(self.val_data, "val"), self.val_batch_size, None)
 
     def _loader(
-        self, data: datasets.Dataset, batch_size: int, sampler: Sampler[int] | None
+        self,
+        data: datasets.Dataset,
+        batch_size: int,
+        sampler: Sampler[int] | None,
+        resumable: bool = False,
     ) -> DataLoader:
-        return DataLoader(
+        loader_class = StatefulDataLoader if resumable else DataLoader
+        return loader_class(
             data,  # map-style: __len__ and (batched) __getitems__
             batch_size=batch_size,
             sampler=sampler,
@@ -195,13 +208,14 @@ class EpochShuffleSampler(Sampler[int]):
     """A random permutation drawn from ``torch.Generator`` seeded by ``seed + epoch``.
 
     Lightning calls ``set_epoch`` at the start of every epoch (also after a resume), so the
-    order depends on (seed, epoch) only, with no generator state to checkpoint.
+    order depends on (seed, epoch) only, with no generator state to checkpoint. ``epoch`` sets
+    the starting epoch (a resumed run's, before Lightning's first ``set_epoch``).
     """
 
-    def __init__(self, num_rows: int, *, seed: int) -> None:
+    def __init__(self, num_rows: int, *, seed: int, epoch: int = 0) -> None:
         self.num_rows = num_rows
         self.seed = seed
-        self.epoch = 0
+        self.epoch = epoch
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -19,8 +19,9 @@ from torchmetrics import MeanMetric
 
 from lit_rlhf.algos import explained_variance, kl_penalty
 from lit_rlhf.models import CriticModel, ValueHead, load_causal_lm, load_tokenizer
+from lit_rlhf.models.forward import forward_response
 from lit_rlhf.models.loading import Dtype
-from lit_rlhf.modules.policy_forward import critic_values, forward_response, minibatches
+from lit_rlhf.modules.policy_forward import critic_values, minibatches
 from lit_rlhf.modules.ppo_update import PPOUpdate, compute_advantages
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rollout.base import GenerationEngine

@@ -25,7 +25,8 @@ from lit_rlhf.algos import (
     token_level_rewards,
 )
 from lit_rlhf.callbacks.loss_terms import PolicyLossContext, policy_loss_terms
-from lit_rlhf.modules.policy_forward import critic_values, forward_response, trim_columns
+from lit_rlhf.models.forward import forward_response
+from lit_rlhf.modules.policy_forward import critic_values, trim_columns
 from lit_rlhf.strategies import start_micro_batch
 from lit_rlhf.types import Rollout
 

@@ -16,13 +16,13 @@ Tokens are drawn by inverse CDF (:func:`sample_categorical`), not ``torch.multin
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 from transformers import DynamicCache, StaticCache
 
+from lit_rlhf.models.forward import model_cache_kwarg
 from lit_rlhf.rollout.base import check_sampling_args, eval_mode, ranks_in_lockstep
 from lit_rlhf.rollout.hf import response_mask_from_eos
 from lit_rlhf.types import GenerationOutput
@@ -203,11 +203,6 @@ class DecodeLoopEngine:
 
     def sync_weights(self, model: nn.Module) -> None:
         """Nothing to do: generation runs on the training weights themselves."""
-
-
-def model_cache_kwarg(model: nn.Module) -> str:
-    """transformers renamed the forward's ``past_key_values`` to ``cache`` (5.2x)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _eos_ids(tokenizer: Any, device: torch.device) -> Tensor | None:

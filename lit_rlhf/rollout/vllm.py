@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from lit_rlhf.algos import token_log_probs
+from lit_rlhf.models.forward import forward_response
 from lit_rlhf.rollout.base import check_sampling_args, eval_mode
 from lit_rlhf.rollout.hf import response_mask_from_eos
 from lit_rlhf.rollout.weight_sync import WeightSnapshot, run_with_deadline
@@ -349,14 +349,7 @@ def _policy_log_probs(
     ids = torch.cat([prompt_ids, response_ids], dim=1)
     mask = torch.cat([prompt_mask, response_mask], dim=1)
     with eval_mode(model):
-        logits = model(
-            input_ids=ids,
-            attention_mask=mask.long(),
-            position_ids=(mask.long().cumsum(-1) - 1).clamp(min=0),  # left padding
-            logits_to_keep=response_ids.shape[1] + 1,
-            use_cache=False,
-        ).logits[:, :-1]
-    return token_log_probs(logits.float() / temperature, response_ids)
+        return forward_response(model, ids, mask, response_ids, temperature=temperature).log_probs
 
 
 @contextmanager

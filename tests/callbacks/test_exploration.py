@@ -18,6 +18,7 @@ from lit_rlhf.callbacks import (
     TrustRegionEntropy,
     policy_loss_terms,
 )
+from tests.helpers import quiet_trainer
 
 VOCAB, LENGTH = 32, 6
 
@@ -63,17 +64,7 @@ def _loader(n: int = 8) -> DataLoader:
 
 
 def _trainer(tmp_path, callbacks, **kwargs) -> L.Trainer:
-    defaults = dict(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        callbacks=callbacks,
-    )
-    defaults.update(kwargs)
-    return L.Trainer(**defaults)
+    return quiet_trainer(tmp_path, callbacks=callbacks, enable_checkpointing=True, **kwargs)
 
 
 def test_tre_term_enters_a_plain_modules_loss(tmp_path):

@@ -37,8 +37,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from lit_rlhf.callbacks import TrustRegionEntropy
 from lit_rlhf.models import load_tokenizer, resolve
+from lit_rlhf.models.forward import forward_response
 from lit_rlhf.modules import PPOModule
-from lit_rlhf.modules.policy_forward import forward_response
 from lit_rlhf.rollout import HFGenerationEngine
 from lit_rlhf.strategies import CPUDeepSpeedStrategy, shutdown_distributed
 from lit_rlhf.types import GenerationOutput, RewardOutput

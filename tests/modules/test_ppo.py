@@ -6,7 +6,7 @@ from lit_rlhf.models import load_tokenizer
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.modules.ppo_update import PPOUpdate
 from lit_rlhf.rollout import DecodeLoopEngine, HFGenerationEngine
-from tests.helpers import ConstantReward, prompt_loader
+from tests.helpers import ConstantReward, prompt_loader, quiet_trainer
 
 PROMPTS = [f"Using the numbers [{i}, {i + 3}]" for i in range(16)]
 
@@ -35,18 +35,7 @@ def make_module(tiny_model_dir, **kwargs):
     return PPOModule(**defaults)
 
 
-def trainer(tmp_path, **kwargs):
-    defaults = dict(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
-    defaults.update(kwargs)
-    return L.Trainer(**defaults)
+trainer = quiet_trainer
 
 
 @pytest.mark.parametrize(

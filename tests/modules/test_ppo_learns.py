@@ -11,6 +11,7 @@ from lit_rlhf.data import CountdownPrompts, PromptDataModule
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.rewards import DigitFractionReward
 from lit_rlhf.rollout import HFGenerationEngine
+from tests.helpers import quiet_trainer
 
 
 @pytest.mark.parametrize("advantage", ["grpo", "gae"])
@@ -35,16 +36,7 @@ def test_reward_rises_on_digit_task(tiny_model_dir, tmp_path, advantage):
         critic_lr=3e-3,
     )
     plot = MetricsPlot(metrics=["reward/mean"], filename="reward.png")
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        callbacks=[plot],
-    )
+    trainer = quiet_trainer(tmp_path, callbacks=[plot])
     trainer.fit(module, datamodule=data)
     rewards = torch.tensor(plot.history["reward/mean"])
     assert len(rewards) == 30

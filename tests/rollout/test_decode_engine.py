@@ -5,7 +5,7 @@ import torch
 from transformers import TopPLogitsWarper
 
 from lit_rlhf.models import load_causal_lm, load_tokenizer
-from lit_rlhf.modules.policy_forward import forward_response
+from lit_rlhf.models.forward import forward_response
 from lit_rlhf.rollout import DecodeLoopEngine, HFGenerationEngine, filter_logits, sample_categorical
 
 PROMPTS = ["hello there", "Using the numbers [1, 2]", "abc"]

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from lit_rlhf.models import load_causal_lm, load_tokenizer
-from lit_rlhf.modules.policy_forward import forward_response
+from lit_rlhf.models.forward import forward_response
 from lit_rlhf.rollout import HFGenerationEngine, response_mask_from_eos
 
 

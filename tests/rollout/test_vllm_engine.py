@@ -19,7 +19,7 @@ import torch
 
 from lit_rlhf.cli import cli_main
 from lit_rlhf.models import TinyModelSpec, load_causal_lm, load_tokenizer, write_tiny_model
-from lit_rlhf.modules.policy_forward import forward_response
+from lit_rlhf.models.forward import forward_response
 from lit_rlhf.rollout import HFGenerationEngine, VLLMGenerationEngine
 
 # none of the imports above imports vllm; in-process vLLM needs this before it starts

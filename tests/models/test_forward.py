@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from lit_rlhf.models import load_causal_lm, load_tokenizer
-from lit_rlhf.modules.policy_forward import forward_response
+from lit_rlhf.models.forward import forward_response
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_shared_prompt_forward_equals_plain_forward_with_gradients(tiny, groups)
 
 
 def test_distinct_prompts_take_the_plain_path(tiny, monkeypatch):
-    import lit_rlhf.modules.policy_forward as pf
+    import lit_rlhf.models.forward as pf
 
     tokenizer, model = tiny
     ids, attn, response, _ = _batch(tokenizer, 3)
