@@ -26,7 +26,9 @@ class GenerationOutput:
 
     response_ids: Tensor  # [B, R] long, right-padded with the pad id
     response_mask: Tensor  # [B, R] bool, True up to and including EOS
-    log_probs: Tensor  # [B, R] float32, log-prob of each token under the sampling distribution
+    # [B, R] float32, log-prob of each token under the sampling distribution; None when
+    # generate was called with log_probs=False
+    log_probs: Tensor | None
 
 
 @dataclass
@@ -48,7 +50,7 @@ class Rollout:
     prompt_mask: Tensor  # [B, P] bool
     response_ids: Tensor  # [B, R] long, right-padded
     response_mask: Tensor  # [B, R] bool
-    sample_log_probs: Tensor  # [B, R] float32, from the engine (sampling distribution)
+    sample_log_probs: Tensor | None  # [B, R] float32, from the engine; None if not asked for
     group_ids: Tensor  # [B] long, which prompt of the batch the sample came from
     query_ids: list[str]  # [B] stable prompt id, survives epochs and shuffling
     tasks: list[str]  # [B] domain / task label (e.g. "countdown", "math")

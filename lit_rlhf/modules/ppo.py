@@ -181,13 +181,17 @@ class PPOModule(LightningModule):
         return self.log_step(rollout, update_stats)
 
     @torch.no_grad()
-    def collect_rollout(self, batch: dict[str, Any], *, greedy: bool) -> Rollout:
-        """Sample G responses per prompt (G = 1 when greedy)."""
+    def collect_rollout(
+        self, batch: dict[str, Any], *, greedy: bool, for_update: bool = True
+    ) -> Rollout:
+        """Sample G responses per prompt (G = 1 when greedy). The engine is asked for the
+        sampled tokens' log-probs only if the update needs them (see ``needs_sample_log_probs``)."""
         g = 1 if greedy else self.hp.samples_per_prompt
         prompt_ids = batch["input_ids"].repeat_interleave(g, dim=0)
         prompt_mask = batch["attention_mask"].bool().repeat_interleave(g, dim=0)
+        need = for_update and self.needs_sample_log_probs(len(prompt_ids))
         out = self.engine.generate(
-            self.policy, prompt_ids, prompt_mask, self.tokenizer, greedy=greedy
+            self.policy, prompt_ids, prompt_mask, self.tokenizer, greedy=greedy, log_probs=need
         )
         expand = [i for i in range(len(batch["prompt"])) for _ in range(g)]
         return Rollout(
@@ -217,6 +221,25 @@ class PPOModule(LightningModule):
         rollout.scores = scores
         self._reward_info = {k: torch.as_tensor(v).float() for k, v in result.info.items()}
         return self._reward_info
+
+    def single_update(self, n: int) -> bool:
+        """Whether a rollout of ``n`` samples gets exactly one optimizer step: the rollout policy
+        *is* the current policy then, so its log-probs are the current ones, detached (exact
+        ratio 1, no extra forward pass)."""
+        hp = self.hp
+        size = hp.mini_batch_size or n
+        return hp.ppo_epochs == 1 and size >= n and not hp.recompute_old_log_probs
+
+    def needs_sample_log_probs(self, n: int) -> bool:
+        """Whether the engine's log-probs are read: with several updates per rollout (the ratio's
+        denominator) or a KL penalty in the reward (computed before the update), unless they are
+        recomputed anyway. With one update and the KL in the loss, the update fills
+        ``rollout.old_log_probs`` from its own forward (read by ``rollout/kl``, the KL
+        controller)."""
+        if self.hp.recompute_old_log_probs:
+            return False  # prepare_update computes them with the training forward
+        kl_in_reward = self.kl_coef > 0 and self.hp.kl_in == "reward"
+        return kl_in_reward or not self.single_update(n)
 
     @torch.no_grad()
     def prepare_update(self, rollout: Rollout) -> None:
@@ -267,11 +290,8 @@ class PPOModule(LightningModule):
         hp = self.hp
         n = len(rollout)
         size = hp.mini_batch_size or n
-        # one update on the whole rollout: the rollout policy *is* the current policy, so its
-        # log-probs are the current ones, detached (exact ratio 1, no extra forward pass)
-        single_update = hp.ppo_epochs == 1 and size >= n and not hp.recompute_old_log_probs
         opt: Any = self.optimizers()
-        update = PPOUpdate(self, rollout, use_current_as_old=single_update)
+        update = PPOUpdate(self, rollout, use_current_as_old=self.single_update(n))
         for _ in range(hp.ppo_epochs):
             for idx in minibatches(n, size, generator=self._shuffle):
                 opt.zero_grad()
@@ -345,7 +365,7 @@ class PPOModule(LightningModule):
 
     # ----------------------------------------------------------- validation
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        rollout = self.collect_rollout(batch, greedy=self.hp.val_greedy)
+        rollout = self.collect_rollout(batch, greedy=self.hp.val_greedy, for_update=False)
         info = self.score(rollout)
         assert rollout.scores is not None
         passed = info.get("correct", (rollout.scores >= 1.0).float())

@@ -44,10 +44,15 @@ def compute_advantages(
 ) -> None:
     """Fill ``rollout.advantages`` (and ``returns`` for GAE). ``kl_coef`` > 0 here means KL in the
     reward: per token for GAE, summed per sequence for the group baselines."""
-    assert rollout.scores is not None and rollout.old_log_probs is not None
+    assert rollout.scores is not None
     mask = rollout.response_mask
     kl = None
     if kl_coef > 0 and rollout.ref_log_probs is not None:
+        if rollout.old_log_probs is None:
+            raise RuntimeError(
+                "a KL penalty in the reward needs the rollout's log-probs before the update, but "
+                "the engine returned none. Fix: call generate(..., log_probs=True)."
+            )
         kl = kl_penalty(rollout.old_log_probs, rollout.ref_log_probs, estimator=kl_estimator)
         kl = kl.masked_fill(~mask, 0.0)
     if advantage == "gae":
@@ -70,7 +75,9 @@ class PPOUpdate:
     """Runs mini-batches of one rollout through a :class:`PPOModule`'s networks.
 
     ``use_current_as_old``: treat the current policy's detached log-probs as the rollout's (valid
-    when the rollout gets exactly one update, before which the weights did not change).
+    when the rollout gets exactly one update, before which the weights did not change). If the
+    rollout came without log-probs, they are filled into ``rollout.old_log_probs`` from each
+    micro-batch's forward, so the rollout ends up with them as if the engine had returned them.
     """
 
     def __init__(self, module: Any, rollout: Rollout, *, use_current_as_old: bool) -> None:
@@ -79,6 +86,14 @@ class PPOUpdate:
         self.rollout = rollout
         self.use_current_as_old = use_current_as_old
         self.stats: dict[str, list[Tensor]] = defaultdict(list)
+        self.fill_old = use_current_as_old and rollout.old_log_probs is None
+        if self.fill_old:
+            rollout.old_log_probs = torch.zeros_like(rollout.response_mask, dtype=torch.float32)
+        elif rollout.old_log_probs is None:
+            raise ValueError(
+                "several updates per rollout need the rollout's log-probs, but the engine returned "
+                "none. Fix: call generate(..., log_probs=True) or set recompute_old_log_probs."
+            )
 
     def run_minibatch(self, idx: Tensor) -> None:
         mask = self.rollout.response_mask[idx]
@@ -110,6 +125,8 @@ class PPOUpdate:
         old = (
             fwd.log_probs.detach() if self.use_current_as_old else ro.old_log_probs[micro][:, rcols]
         )
+        if self.fill_old:
+            ro.old_log_probs[micro, rcols] = old.float().masked_fill(~mask, 0.0)
         pg, pg_stats = clipped_policy_loss(
             fwd.log_probs,
             old,

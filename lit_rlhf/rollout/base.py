@@ -18,6 +18,10 @@ class GenerationEngine(Protocol):
 
     ``temperature`` is read by the PPO module so that the log-probs it recomputes for the update
     come from the same (tempered) distribution the engine sampled from.
+
+    ``log_probs=False`` says the caller does not need the sampled tokens' log-probs (the PPO
+    module with one update per rollout takes them from its own forward); an engine may then skip
+    computing them and return ``log_probs=None``.
     """
 
     temperature: float
@@ -30,6 +34,7 @@ class GenerationEngine(Protocol):
         tokenizer: Any,
         *,
         greedy: bool = False,
+        log_probs: bool = True,
     ) -> GenerationOutput: ...
 
     def sync_weights(self, model: nn.Module) -> None:

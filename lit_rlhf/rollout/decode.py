@@ -133,6 +133,7 @@ class DecodeLoopEngine:
         tokenizer: Any,
         *,
         greedy: bool = False,
+        log_probs: bool = True,
     ) -> GenerationOutput:
         batch, prompt_len = input_ids.shape
         steps = self.max_new_tokens
@@ -155,7 +156,7 @@ class DecodeLoopEngine:
         # the causal rule), which keeps every decode step's shapes identical
         full_mask = self.cache == "static"
         tokens = input_ids.new_full((batch, steps), pad_id)
-        log_probs = torch.zeros(batch, steps, device=input_ids.device)
+        chosen_log_probs = torch.zeros(batch, steps, device=input_ids.device)
         finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
         synced = ranks_in_lockstep(self.synced_gpus)
         with eval_mode(model):
@@ -172,7 +173,6 @@ class DecodeLoopEngine:
             used = steps
             for t in range(steps):
                 scaled = logits.float() / temperature
-                step_log_probs = torch.log_softmax(scaled, dim=-1)
                 if greedy:
                     token = scaled.argmax(dim=-1, keepdim=True)
                 else:
@@ -180,8 +180,9 @@ class DecodeLoopEngine:
                     token = sample_categorical(torch.softmax(filtered, dim=-1))
                 token = token.masked_fill(finished[:, None], pad_id)
                 tokens[:, t : t + 1] = token
-                log_probs[:, t] = step_log_probs.gather(-1, token).squeeze(-1)
-                log_probs[:, t].masked_fill_(finished, 0.0)
+                if log_probs:
+                    step = torch.log_softmax(scaled, dim=-1).gather(-1, token).squeeze(-1)
+                    chosen_log_probs[:, t] = step.masked_fill(finished, 0.0)
                 if eos is not None:
                     finished |= torch.isin(token.squeeze(-1), eos)
                 if t + 1 == steps or (not synced and bool(finished.all())):
@@ -196,10 +197,13 @@ class DecodeLoopEngine:
                     use_cache=True,
                 ).logits[:, -1]
                 next_position = next_position + 1
-        tokens, log_probs = tokens[:, :used], log_probs[:, :used]
+        tokens = tokens[:, :used]
         response_mask = response_mask_from_eos(tokens, tokenizer.eos_token_id)
         tokens = tokens.masked_fill(~response_mask, pad_id)
-        return GenerationOutput(tokens, response_mask, log_probs.masked_fill(~response_mask, 0.0))
+        if not log_probs:
+            return GenerationOutput(tokens, response_mask, None)
+        chosen = chosen_log_probs[:, :used].masked_fill(~response_mask, 0.0)
+        return GenerationOutput(tokens, response_mask, chosen)
 
     def sync_weights(self, model: nn.Module) -> None:
         """Nothing to do: generation runs on the training weights themselves."""

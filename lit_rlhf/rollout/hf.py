@@ -98,6 +98,7 @@ class HFGenerationEngine:
         tokenizer: Any,
         *,
         greedy: bool = False,
+        log_probs: bool = True,
     ) -> GenerationOutput:
         prompt_len = input_ids.shape[1]
         recorder = _RecordLogProbs(1.0 if greedy else self.temperature, prompt_len)
@@ -106,14 +107,16 @@ class HFGenerationEngine:
                 input_ids=input_ids,
                 attention_mask=attention_mask.long(),
                 generation_config=self._config(tokenizer, greedy),
-                logits_processor=LogitsProcessorList([recorder]),
+                logits_processor=LogitsProcessorList([recorder] if log_probs else []),
                 synced_gpus=ranks_in_lockstep(self.synced_gpus),
             )
         response_ids = sequences[:, prompt_len:]
-        log_probs = recorder.finish(sequences)[:, : response_ids.shape[1]]
         mask = response_mask_from_eos(response_ids, tokenizer.eos_token_id)
         response_ids = response_ids.masked_fill(~mask, tokenizer.pad_token_id)
-        return GenerationOutput(response_ids, mask, log_probs.masked_fill(~mask, 0.0))
+        if not log_probs:
+            return GenerationOutput(response_ids, mask, None)
+        token_log_probs = recorder.finish(sequences)[:, : response_ids.shape[1]]
+        return GenerationOutput(response_ids, mask, token_log_probs.masked_fill(~mask, 0.0))
 
     def sync_weights(self, model: nn.Module) -> None:
         """Nothing to do: generation runs on the training weights themselves."""

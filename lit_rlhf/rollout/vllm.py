@@ -132,28 +132,31 @@ class VLLMGenerationEngine:
         tokenizer: Any,
         *,
         greedy: bool = False,
+        log_probs: bool = True,
     ) -> GenerationOutput:
         llm = self._awake_llm(model)
         mask = attention_mask.bool()
         prompts = [  # token ids, left padding stripped
             {"prompt_token_ids": input_ids[i][mask[i]].tolist()} for i in range(len(input_ids))
         ]
-        outputs = llm.generate(prompts, self._sampling_params(tokenizer, greedy), use_tqdm=False)
-        response_ids, log_probs = _pad_outputs(outputs, tokenizer.pad_token_id)
-        response_ids, log_probs = response_ids.to(input_ids.device), log_probs.to(input_ids.device)
+        params = self._sampling_params(tokenizer, greedy, log_probs)
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        response_ids, chosen = _pad_outputs(outputs, tokenizer.pad_token_id, log_probs)
+        response_ids = response_ids.to(input_ids.device)
         response_mask = response_mask_from_eos(response_ids, tokenizer.eos_token_id)
         response_ids = response_ids.masked_fill(~response_mask, tokenizer.pad_token_id)
-        if self.truncates and not greedy:
-            log_probs = _policy_log_probs(
+        if log_probs and self.truncates and not greedy:
+            chosen = _policy_log_probs(
                 model, input_ids, mask, response_ids, response_mask, self.temperature
             )
         if self.enable_sleep_mode:
             llm.sleep(level=1)
             self._asleep = True
-        log_probs = log_probs.masked_fill(~response_mask, 0.0)
-        return GenerationOutput(response_ids, response_mask, log_probs)
+        if chosen is not None:
+            chosen = chosen.to(input_ids.device).masked_fill(~response_mask, 0.0)
+        return GenerationOutput(response_ids, response_mask, chosen)
 
-    def _sampling_params(self, tokenizer: Any, greedy: bool) -> Any:
+    def _sampling_params(self, tokenizer: Any, greedy: bool, log_probs: bool = True) -> Any:
         from vllm import SamplingParams
 
         eos = tokenizer.eos_token_id
@@ -163,7 +166,8 @@ class VLLMGenerationEngine:
             temperature=0.0 if greedy else self.temperature,
             top_p=1.0 if greedy else self.top_p,
             top_k=0 if greedy else self.top_k,
-            logprobs=0,  # the sampled token's log-prob only
+            # the sampled token's log-prob only (None: none, ~10 % less generation time on CPU)
+            logprobs=0 if log_probs else None,
             # stop exactly on our tokenizer's EOS (as the HF engine does), not on vLLM's own
             ignore_eos=True,
             stop_token_ids=None if eos is None else torch.as_tensor(eos).reshape(-1).tolist(),
@@ -322,18 +326,22 @@ def _named_parameters(
         yield name, param
 
 
-def _pad_outputs(outputs: list[Any], pad_id: int) -> tuple[Tensor, Tensor]:
-    """vLLM ``RequestOutput`` list -> ([B, R] long ids right-padded, [B, R] float32 log-probs)."""
+def _pad_outputs(
+    outputs: list[Any], pad_id: int, with_log_probs: bool = True
+) -> tuple[Tensor, Tensor | None]:
+    """vLLM ``RequestOutput`` list -> ([B, R] long ids right-padded, [B, R] float32 log-probs of
+    the chosen tokens, or None without ``with_log_probs``)."""
     seqs = [out.outputs[0] for out in outputs]
     r = max(len(seq.token_ids) for seq in seqs)
     ids = torch.full((len(seqs), r), pad_id, dtype=torch.long)
-    log_probs = torch.zeros(len(seqs), r, dtype=torch.float32)
+    log_probs = torch.zeros(len(seqs), r, dtype=torch.float32) if with_log_probs else None
     for i, seq in enumerate(seqs):
         n = len(seq.token_ids)
         ids[i, :n] = torch.tensor(seq.token_ids, dtype=torch.long)
-        log_probs[i, :n] = torch.tensor(
-            [step[tok].logprob for step, tok in zip(seq.logprobs, seq.token_ids, strict=True)]
-        )
+        if log_probs is not None:
+            log_probs[i, :n] = torch.tensor(
+                [step[tok].logprob for step, tok in zip(seq.logprobs, seq.token_ids, strict=True)]
+            )
     return ids, log_probs
 
 

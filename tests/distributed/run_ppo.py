@@ -56,7 +56,14 @@ class FixedResponseEngine:
 
     @torch.no_grad()
     def generate(
-        self, model: Any, input_ids: Any, attention_mask: Any, tokenizer: Any, *, greedy: bool
+        self,
+        model: Any,
+        input_ids: Any,
+        attention_mask: Any,
+        tokenizer: Any,
+        *,
+        greedy: bool,
+        log_probs: bool = True,
     ) -> GenerationOutput:
         seen: Counter[tuple[int, ...]] = Counter()
         rows = []
@@ -70,14 +77,14 @@ class FixedResponseEngine:
             )
         response = torch.stack(rows).to(input_ids.device)
         response_mask = torch.ones_like(response, dtype=torch.bool)
-        log_probs = forward_response(
+        chosen = forward_response(  # computed even if not asked for (the protocol allows it)
             model,
             torch.cat([input_ids, response], dim=1),
             torch.cat([attention_mask.bool(), response_mask], dim=1),
             response,
             temperature=self.temperature,
         ).log_probs
-        return GenerationOutput(response, response_mask, log_probs)
+        return GenerationOutput(response, response_mask, chosen)
 
     def sync_weights(self, model: Any) -> None:
         pass

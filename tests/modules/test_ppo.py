@@ -74,7 +74,9 @@ def _gradients(module, rollout, micro):
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean"])
 def test_micro_batch_accumulation_equals_one_pass(tiny_model_dir, loss_agg):
-    module = make_module(tiny_model_dir, advantage="gae", loss_agg=loss_agg)
+    # two PPO epochs: the rollout carries the engine's log-probs, which use_current_as_old=False
+    # reads
+    module = make_module(tiny_model_dir, advantage="gae", loss_agg=loss_agg, ppo_epochs=2)
     module.configure_model()
     module.trainer = L.Trainer(logger=False, enable_progress_bar=False)
     module.manual_backward = lambda loss: loss.backward()

@@ -3,7 +3,7 @@ import torch
 
 from lit_rlhf.models import load_causal_lm, load_tokenizer
 from lit_rlhf.models.forward import forward_response
-from lit_rlhf.rollout import HFGenerationEngine, response_mask_from_eos
+from lit_rlhf.rollout import DecodeLoopEngine, HFGenerationEngine, response_mask_from_eos
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,25 @@ def test_greedy_is_deterministic(tiny):
     a = engine.generate(model, enc.input_ids, enc.attention_mask, tokenizer, greedy=True)
     b = engine.generate(model, enc.input_ids, enc.attention_mask, tokenizer, greedy=True)
     assert torch.equal(a.response_ids, b.response_ids)
+
+
+@pytest.mark.parametrize("engine_class", [HFGenerationEngine, DecodeLoopEngine])
+def test_log_probs_false_returns_none_and_the_same_tokens(tiny, engine_class):
+    tokenizer, model = tiny
+    enc = tokenizer(["abc", "Using the numbers [1, 2]"], return_tensors="pt", padding=True)
+    engine = engine_class(max_new_tokens=8, temperature=0.7)
+    outs = []
+    for log_probs in (True, False):
+        torch.manual_seed(0)  # the same sampling draws with and without log-probs
+        outs.append(
+            engine.generate(
+                model, enc.input_ids, enc.attention_mask, tokenizer, log_probs=log_probs
+            )
+        )
+    with_lp, without = outs
+    assert with_lp.log_probs is not None and without.log_probs is None
+    assert torch.equal(with_lp.response_ids, without.response_ids)
+    assert torch.equal(with_lp.response_mask, without.response_mask)
 
 
 @pytest.mark.parametrize("kwargs", [{"temperature": 0.0}, {"max_new_tokens": 0}, {"top_p": 1.5}])

@@ -202,6 +202,15 @@ def test_close_then_generate_starts_a_new_instance_with_every_weight_pushed(
     assert max_diff(out.log_probs, ref.log_probs, out.response_mask) < LOGPROB_TOL
 
 
+def test_without_log_probs_the_tokens_are_the_same(engine, policy, tokenizer, batch):
+    args = (policy, batch.input_ids, batch.attention_mask, tokenizer)
+    with_lp = engine.generate(*args, greedy=True)
+    without = engine.generate(*args, greedy=True, log_probs=False)
+    assert with_lp.log_probs is not None and without.log_probs is None
+    assert torch.equal(with_lp.response_ids, without.response_ids)
+    assert torch.equal(with_lp.response_mask, without.response_mask)
+
+
 def test_sleep_mode_is_refused_on_cpu(policy):
     engine = VLLMGenerationEngine(enable_sleep_mode=True)
     with pytest.raises(ValueError, match="not supported on CPU"):
