@@ -391,13 +391,32 @@ class PPOModule(LightningModule):
             "kl_coef": self.kl_coef,
             "shuffle_rng": self._shuffle.get_state(),
         }
+        # the frozen reference is the starting model, loaded again from `model` on every start:
+        # saving it would add one more copy of the weights to every checkpoint. (DeepSpeed
+        # checkpoints are written by DeepSpeed from the engine and still contain it.)
+        weights = checkpoint.get("state_dict")
+        if weights is not None and self.ref_policy is not None:
+            for key in [k for k in weights if k.startswith(_REF_PREFIX)]:
+                del weights[key]
+            checkpoint["lit_rlhf"]["ref_policy_saved"] = False
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("lit_rlhf", {})
+        weights = checkpoint.get("state_dict")
+        if state.get("ref_policy_saved", True) is False and weights is not None:
+            if self.ref_policy is None:
+                raise RuntimeError(
+                    "this checkpoint leaves out the frozen reference model, which is loaded from "
+                    "`model` when the networks are built. Fix: call configure_model() before "
+                    "loading the state dict."
+                )
+            weights.update({_REF_PREFIX + k: v for k, v in self.ref_policy.state_dict().items()})
         self.rollout_step = state.get("rollout_step", 0)
         self.kl_coef = state.get("kl_coef", self.kl_coef)
         if "shuffle_rng" in state:
             self._shuffle.set_state(state["shuffle_rng"])
 
+
+_REF_PREFIX = "ref_policy."
 
 __all__ = ["PPOModule"]

@@ -116,7 +116,17 @@ def test_resume_continues_counters(tiny_model_dir, tmp_path):
     resumed = make_module(tiny_model_dir, ppo_epochs=2, kl_coef=0.1)
     t2 = trainer(tmp_path, limit_train_batches=2, max_epochs=2)
     t2.fit(resumed, loader, ckpt_path=ckpt)
+    saved = torch.load(ckpt, weights_only=False)["state_dict"]
+    assert any(k.startswith("policy.") for k in saved)
+    assert not any(k.startswith("ref_policy.") for k in saved)  # the frozen copy is not saved
     assert t1.global_step == 4  # 2 rollouts x 2 optimizer steps (ppo_epochs=2)
     assert t2.global_step == 8  # the second epoch continues the count
     assert resumed.rollout_step == 4
     assert resumed.kl_coef == pytest.approx(0.37)
+    # the reference is the starting model again, the policy the trained one
+    fresh = make_module(tiny_model_dir, kl_coef=0.1)
+    fresh.configure_model()
+    for name, value in fresh.ref_policy.state_dict().items():
+        assert torch.equal(resumed.ref_policy.state_dict()[name], value), name
+    pairs = zip(resumed.policy.parameters(), fresh.policy.parameters(), strict=True)
+    assert not all(torch.equal(p, q) for p, q in pairs)
