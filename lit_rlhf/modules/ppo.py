@@ -34,6 +34,8 @@ from lit_rlhf.strategies import (
 )
 from lit_rlhf.types import Rollout
 
+_REF_PREFIX = "ref_policy."  # state-dict keys of the frozen reference (left out of checkpoints)
+
 
 class PPOModule(LightningModule):
     """Policy optimisation with a learned critic (``advantage="gae"``) or critic-free group
@@ -395,28 +397,21 @@ class PPOModule(LightningModule):
         # saving it would add one more copy of the weights to every checkpoint. (DeepSpeed
         # checkpoints are written by DeepSpeed from the engine and still contain it.)
         weights = checkpoint.get("state_dict")
-        if weights is not None and self.ref_policy is not None:
+        if weights is not None:
             for key in [k for k in weights if k.startswith(_REF_PREFIX)]:
                 del weights[key]
-            checkpoint["lit_rlhf"]["ref_policy_saved"] = False
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("lit_rlhf", {})
         weights = checkpoint.get("state_dict")
-        if state.get("ref_policy_saved", True) is False and weights is not None:
-            if self.ref_policy is None:
-                raise RuntimeError(
-                    "this checkpoint leaves out the frozen reference model, which is loaded from "
-                    "`model` when the networks are built. Fix: call configure_model() before "
-                    "loading the state dict."
-                )
+        # put the reference back (built by configure_model, which Lightning runs before this hook
+        # on resume and in load_from_checkpoint) so that strict loading finds every key
+        if weights is not None and self.ref_policy is not None:
             weights.update({_REF_PREFIX + k: v for k, v in self.ref_policy.state_dict().items()})
         self.rollout_step = state.get("rollout_step", 0)
         self.kl_coef = state.get("kl_coef", self.kl_coef)
         if "shuffle_rng" in state:
             self._shuffle.set_state(state["shuffle_rng"])
 
-
-_REF_PREFIX = "ref_policy."
 
 __all__ = ["PPOModule"]

@@ -22,9 +22,9 @@ import torch
 from torch import Tensor, nn
 from transformers import DynamicCache, StaticCache
 
-from lit_rlhf.models.forward import model_cache_kwarg
+from lit_rlhf.models.forward import model_cache_kwarg, position_ids_from_mask
 from lit_rlhf.rollout.base import check_sampling_args, eval_mode, ranks_in_lockstep
-from lit_rlhf.rollout.hf import response_mask_from_eos
+from lit_rlhf.rollout.hf import finish_output, response_mask_from_eos
 from lit_rlhf.types import GenerationOutput
 
 _SLOT_BUCKET = 64  # static-cache length granularity under compile
@@ -148,7 +148,7 @@ class DecodeLoopEngine:
             slots = -(-slots // _SLOT_BUCKET) * _SLOT_BUCKET
         mask = torch.ones(batch, slots, dtype=torch.long, device=input_ids.device)
         mask[:, :prompt_len] = attention_mask.long()
-        positions = (mask[:, :prompt_len].cumsum(dim=1) - 1).clamp(min=0)
+        positions = position_ids_from_mask(mask[:, :prompt_len])
         cache = self._new_cache(model, slots)
         cache_kwarg = model_cache_kwarg(model)
         decode = self._decode_forward(model)
@@ -199,11 +199,8 @@ class DecodeLoopEngine:
                 next_position = next_position + 1
         tokens = tokens[:, :used]
         response_mask = response_mask_from_eos(tokens, tokenizer.eos_token_id)
-        tokens = tokens.masked_fill(~response_mask, pad_id)
-        if not log_probs:
-            return GenerationOutput(tokens, response_mask, None)
-        chosen = chosen_log_probs[:, :used].masked_fill(~response_mask, 0.0)
-        return GenerationOutput(tokens, response_mask, chosen)
+        chosen = chosen_log_probs[:, :used] if log_probs else None
+        return finish_output(tokens, response_mask, chosen, pad_id)
 
     def sync_weights(self, model: nn.Module) -> None:
         """Nothing to do: generation runs on the training weights themselves."""

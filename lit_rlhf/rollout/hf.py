@@ -112,14 +112,22 @@ class HFGenerationEngine:
             )
         response_ids = sequences[:, prompt_len:]
         mask = response_mask_from_eos(response_ids, tokenizer.eos_token_id)
-        response_ids = response_ids.masked_fill(~mask, tokenizer.pad_token_id)
-        if not log_probs:
-            return GenerationOutput(response_ids, mask, None)
-        token_log_probs = recorder.finish(sequences)[:, : response_ids.shape[1]]
-        return GenerationOutput(response_ids, mask, token_log_probs.masked_fill(~mask, 0.0))
+        chosen = recorder.finish(sequences)[:, : response_ids.shape[1]] if log_probs else None
+        return finish_output(response_ids, mask, chosen, tokenizer.pad_token_id)
 
     def sync_weights(self, model: nn.Module) -> None:
         """Nothing to do: generation runs on the training weights themselves."""
+
+
+def finish_output(
+    response_ids: Tensor, response_mask: Tensor, log_probs: Tensor | None, pad_id: int
+) -> GenerationOutput:
+    """The engines' common ending: pad after EOS, zero the log-probs there (if computed)."""
+    return GenerationOutput(
+        response_ids.masked_fill(~response_mask, pad_id),
+        response_mask,
+        None if log_probs is None else log_probs.masked_fill(~response_mask, 0.0),
+    )
 
 
 def response_mask_from_eos(response_ids: Tensor, eos_token_id: int | list[int] | None) -> Tensor:

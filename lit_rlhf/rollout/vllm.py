@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.rollout.base import check_sampling_args, eval_mode
-from lit_rlhf.rollout.hf import response_mask_from_eos
+from lit_rlhf.rollout.hf import finish_output, response_mask_from_eos
 from lit_rlhf.rollout.weight_sync import WeightSnapshot, run_with_deadline
 from lit_rlhf.types import GenerationOutput
 
@@ -145,6 +145,8 @@ class VLLMGenerationEngine:
         response_ids = response_ids.to(input_ids.device)
         response_mask = response_mask_from_eos(response_ids, tokenizer.eos_token_id)
         response_ids = response_ids.masked_fill(~response_mask, tokenizer.pad_token_id)
+        if chosen is not None:
+            chosen = chosen.to(input_ids.device)
         if log_probs and self.truncates and not greedy:
             chosen = _policy_log_probs(
                 model, input_ids, mask, response_ids, response_mask, self.temperature
@@ -152,9 +154,7 @@ class VLLMGenerationEngine:
         if self.enable_sleep_mode:
             llm.sleep(level=1)
             self._asleep = True
-        if chosen is not None:
-            chosen = chosen.to(input_ids.device).masked_fill(~response_mask, 0.0)
-        return GenerationOutput(response_ids, response_mask, chosen)
+        return finish_output(response_ids, response_mask, chosen, tokenizer.pad_token_id)
 
     def _sampling_params(self, tokenizer: Any, greedy: bool, log_probs: bool = True) -> Any:
         from vllm import SamplingParams
