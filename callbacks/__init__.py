@@ -4,23 +4,40 @@
 - :class:`MetricsPlot`: PNG of logged metrics per step at the end of fit.
 - :class:`TrustRegionEntropy` (TRE), :class:`EntropyBonus`, :class:`ForkingTokens`,
   :class:`KLCov`: exploration terms added to the policy loss.
-- :func:`policy_loss_terms` / :class:`PolicyLossContext`: the protocol by which a callback adds a
-  per-token term to a module's policy loss.
+- The callback protocols of the training core, re-exported: :func:`policy_loss_terms` /
+  :class:`PolicyLossContext` (a per-token term added to a module's policy loss),
+  :func:`reward_terms` / :class:`RewardContext` (a per-response term added to the rewards),
+  :func:`gradient_hooks` / :class:`GradientHook` (read or rewrite gradients before clipping).
+  See :mod:`lit_rlhf.training.protocols`.
 """
 
 from lit_rlhf.callbacks.adaptive_kl import AdaptiveKL
 from lit_rlhf.callbacks.exploration import EntropyBonus, ForkingTokens, KLCov, TrustRegionEntropy
-from lit_rlhf.callbacks.loss_terms import PolicyLossContext, PolicyLossTerm, policy_loss_terms
 from lit_rlhf.callbacks.reward_plot import MetricsPlot
+from lit_rlhf.training.protocols import (
+    GradientHook,
+    PolicyLossContext,
+    PolicyLossTerm,
+    RewardContext,
+    RewardTerm,
+    gradient_hooks,
+    policy_loss_terms,
+    reward_terms,
+)
 
 __all__ = [
     "AdaptiveKL",
     "EntropyBonus",
     "ForkingTokens",
+    "GradientHook",
     "KLCov",
     "MetricsPlot",
     "PolicyLossContext",
     "PolicyLossTerm",
+    "RewardContext",
+    "RewardTerm",
     "TrustRegionEntropy",
+    "gradient_hooks",
     "policy_loss_terms",
+    "reward_terms",
 ]

@@ -1,7 +1,9 @@
 """Adaptive KL coefficient (Ziegler et al. 2019, arXiv 1909.08593, eq. 2) as a callback.
 
-Protocol: the module has a float attribute ``kl_coef`` that its loss/reward reads each step, and
-its ``training_step`` returns a dict with ``"kl"``, the measured per-sequence KL to the reference.
+Protocol: the module has a float attribute ``kl_coef`` that its loss/reward reads each step (and
+that is > 0 when training starts: a module with a zero coefficient has no reference to measure
+against), and its ``training_step`` returns a dict with ``"kl"``, the measured per-sequence KL to
+the reference, and ``"num_sequences"``, how many sequences it was measured over on this rank.
 The controller state is checkpointed and re-applied on ``on_train_start``, so a resumed run uses
 the coefficient it had reached, not the initial one.
 """
@@ -37,10 +39,12 @@ class AdaptiveKL(Callback):
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not hasattr(pl_module, "kl_coef") or getattr(pl_module, "ref_policy", True) is None:
+        coef = getattr(pl_module, "kl_coef", None)
+        if not isinstance(coef, (int, float)) or coef <= 0:
             raise ValueError(
-                f"AdaptiveKL needs a module with a reference model and a `kl_coef` attribute; "
-                f"{type(pl_module).__name__} has none. Fix: set model.init_args.kl_coef > 0."
+                f"AdaptiveKL needs a module with a `kl_coef` attribute > 0 (so that it measures a "
+                f"KL to a reference); {type(pl_module).__name__} has kl_coef={coef!r}. Fix: set "
+                "model.init_args.kl_coef > 0."
             )
         setattr(pl_module, "kl_coef", self.controller.value)  # noqa: B010 (protocol attribute)
 
@@ -48,11 +52,16 @@ class AdaptiveKL(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if not isinstance(outputs, dict) or "kl" not in outputs:
-            raise ValueError("AdaptiveKL: training_step must return a dict with a 'kl' entry")
+        if not isinstance(outputs, dict) or not {"kl", "num_sequences"} <= outputs.keys():
+            raise ValueError(
+                "AdaptiveKL: training_step must return a dict with 'kl' (per-sequence KL to the "
+                "reference) and 'num_sequences' (sequences it was measured over)"
+            )
         kl = trainer.strategy.reduce(torch.as_tensor(outputs["kl"]).float(), reduce_op="mean")
-        n = len(batch["prompt"]) * getattr(pl_module.hparams, "samples_per_prompt", 1)
-        coef = self.controller.update(float(kl), n * trainer.world_size)
+        n = trainer.strategy.reduce(
+            torch.as_tensor(outputs["num_sequences"]).float(), reduce_op="sum"
+        )
+        coef = self.controller.update(float(kl), int(n))
         setattr(pl_module, "kl_coef", coef)  # noqa: B010 (protocol attribute)
         pl_module.log("ppo/kl_coef_adaptive", coef, on_step=True)
 

@@ -34,7 +34,7 @@ from lit_rlhf.algos import (
     masked_mean,
     trust_region_entropy,
 )
-from lit_rlhf.callbacks.loss_terms import PolicyLossContext
+from lit_rlhf.training.protocols import PolicyLossContext
 
 ScheduleKind = Literal["constant", "linear", "cosine"]
 Term = tuple[Tensor, Mapping[str, Tensor]]

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor
 
 
@@ -41,9 +42,10 @@ class RewardOutput:
 
 @dataclass
 class Rollout:
-    """One rollout batch: G samples for each prompt of a data batch, and everything scored on them.
+    """One rollout batch: G samples for each prompt of a data batch, scored.
 
-    Fields after ``rows`` are filled by the PPO module as the step proceeds.
+    Built whole by :class:`lit_rlhf.training.RolloutCollector` (generation, then the reward and
+    the reward-term callbacks); what an update adds on top is an :class:`Experience`.
     """
 
     prompt_ids: Tensor  # [B, P] long, left-padded
@@ -57,24 +59,46 @@ class Rollout:
     rows: list[Mapping[str, Any]]  # [B] the data rows, read by rewards (targets, answers)
     prompts: list[str]  # [B] prompt text as rendered (chat template applied)
     responses: list[str]  # [B] decoded response text, special tokens stripped
-    old_log_probs: Tensor | None = None  # [B, R] policy log-probs before the update
-    ref_log_probs: Tensor | None = None  # [B, R] frozen reference log-probs (KL on only)
-    values: Tensor | None = None  # [B, R] critic values (GAE only)
-    scores: Tensor | None = None  # [B] scalar reward
-    advantages: Tensor | None = None  # [B, R]
-    returns: Tensor | None = None  # [B, R] value targets (GAE only)
+    scores: Tensor  # [B] float32, the reward plus the reward-term callbacks' terms
+    reward_info: dict[str, Tensor]  # name -> [B] float, the reward's per-sample info
+    term_stats: dict[str, Tensor] = field(default_factory=dict)  # reward terms' diagnostics
 
     @property
     def input_ids(self) -> Tensor:  # [B, T]
-        import torch
-
         return torch.cat([self.prompt_ids, self.response_ids], dim=1)
 
     @property
     def attention_mask(self) -> Tensor:  # [B, T] bool
-        import torch
-
         return torch.cat([self.prompt_mask, self.response_mask], dim=1)
 
     def __len__(self) -> int:
         return int(self.response_ids.shape[0])
+
+
+@dataclass
+class CriticTargets:
+    """What a learned critic adds to an experience (GAE only)."""
+
+    values: Tensor  # [B, R] critic values when the rollout was collected
+    returns: Tensor  # [B, R] value targets
+
+
+@dataclass
+class Experience:
+    """A rollout prepared for policy updates.
+
+    ``old_log_probs`` are the rollout policy's log-probs (the ratio's denominator). When
+    ``old_from_update`` is set (one update per rollout and the engine was not asked for them)
+    they start as zeros and the update writes its own detached log-probs in, micro-batch by
+    micro-batch, so afterwards the experience holds them as if the engine had returned them.
+    """
+
+    rollout: Rollout
+    old_log_probs: Tensor  # [B, R] float32
+    advantages: Tensor  # [B, R]
+    ref_log_probs: Tensor | None = None  # [B, R] frozen reference log-probs (KL on only)
+    critic: CriticTargets | None = None  # GAE only
+    old_from_update: bool = False
+
+    def __len__(self) -> int:
+        return len(self.rollout)

@@ -10,6 +10,7 @@ References: PPO (arXiv 1707.06347), PPO for LMs (Ziegler et al., arXiv 1909.0859
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -19,22 +20,23 @@ from torchmetrics import MeanMetric
 
 from lit_rlhf.algos import explained_variance, kl_penalty
 from lit_rlhf.models import CriticModel, ValueHead, load_causal_lm, load_tokenizer
-from lit_rlhf.models.forward import forward_response
 from lit_rlhf.models.loading import Dtype
-from lit_rlhf.modules.policy_forward import critic_values, minibatches
-from lit_rlhf.modules.ppo_update import PPOUpdate, compute_advantages
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine
-from lit_rlhf.strategies import (
-    deepspeed_grad_norm,
-    is_deepspeed,
-    set_deepspeed_gradient_clipping,
-    transformers_zero3_context,
+from lit_rlhf.strategies import transformers_zero3_context
+from lit_rlhf.training import (
+    FrozenModules,
+    OptimizerStep,
+    PPOSettings,
+    PPOUpdate,
+    RolloutCollector,
+    build_experience,
+    freeze,
+    minibatches,
+    policy_loss_terms,
 )
-from lit_rlhf.types import Rollout
-
-_REF_PREFIX = "ref_policy."  # state-dict keys of the frozen reference (left out of checkpoints)
+from lit_rlhf.types import Experience, Rollout
 
 
 class PPOModule(LightningModule):
@@ -71,6 +73,13 @@ class PPOModule(LightningModule):
             trusting the engine's (use with engines whose numerics differ, e.g. vLLM).
         gradient_checkpointing: trade compute for activation memory.
         val_greedy: greedy decoding for validation pass@1 (else sampled with the engine).
+        pass_metric: the reward-info key that decides whether a validation / test sample passes
+            (pass@1), e.g. ``correct``; ``None`` uses the score itself.
+        pass_threshold: a sample passes when that value is >= this threshold.
+        seed: seeds the mini-batch shuffling.
+
+    The update settings are validated into a :class:`~lit_rlhf.training.PPOSettings` when the
+    module is built (before any model loads).
     """
 
     def __init__(
@@ -107,22 +116,20 @@ class PPOModule(LightningModule):
         recompute_old_log_probs: bool = False,
         gradient_checkpointing: bool = False,
         val_greedy: bool = True,
+        pass_metric: str | None = None,
+        pass_threshold: float = 1.0,
         seed: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
-        if samples_per_prompt < 1 or ppo_epochs < 1 or micro_batch_size < 1:
-            raise ValueError("samples_per_prompt, ppo_epochs and micro_batch_size must be >= 1")
-        if advantage != "gae" and samples_per_prompt < 2:
-            raise ValueError(
-                f"advantage={advantage!r} compares samples of the same prompt: set "
-                "samples_per_prompt >= 2, or use advantage='gae' with a critic"
-            )
-        if not callable(reward):
-            raise TypeError(f"reward must be a RewardFunction (callable), got {type(reward)}")
+        self.settings = PPOSettings.from_hparams(self.hparams)  # validates
+        _check_module_settings(self.hparams)
         self.automatic_optimization = False
-        self.reward_fn = reward
         self.engine: GenerationEngine = engine or HFGenerationEngine()
+        self.rollouts = RolloutCollector(self.engine, reward)
+        self.reward_fn = reward
+        self.step_optimizer = OptimizerStep(max_grad_norm=max_grad_norm, norm_key="ppo/grad_norm")
+        self.frozen = FrozenModules("ref_policy")
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it
         self.rollout_step = 0
@@ -130,8 +137,8 @@ class PPOModule(LightningModule):
         self.critic: Any = None
         self.ref_policy: Any = None
         self._shuffle = torch.Generator().manual_seed(seed)
-        self.val_reward = MeanMetric()
-        self.val_pass = MeanMetric()
+        self.val_reward, self.val_pass = MeanMetric(), MeanMetric()
+        self.test_reward, self.test_pass = MeanMetric(), MeanMetric()
 
     @property
     def hp(self) -> Any:
@@ -140,14 +147,13 @@ class PPOModule(LightningModule):
 
     # ----------------------------------------------------------------- setup
     def configure_model(self) -> None:
-        hp = self.hp
         strategy = self._trainer.strategy if self._trainer is not None else None
         # under DeepSpeed, clipping is DeepSpeed's own (Lightning's clip_gradients is a no-op)
-        set_deepspeed_gradient_clipping(strategy, hp.max_grad_norm)
+        self.step_optimizer.configure(strategy)
         if self.policy is not None:
             return
         if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(hp.model)
+            self.tokenizer = load_tokenizer(self.hp.model)
         with transformers_zero3_context(strategy):  # ZeRO-3: load into partitioned parameters
             self._build_networks()
 
@@ -164,7 +170,7 @@ class PPOModule(LightningModule):
                     hp.critic_model or hp.model, dtype=hp.dtype
                 )
         if self.kl_coef > 0:
-            self.ref_policy = load_causal_lm(hp.model, dtype=hp.dtype).eval().requires_grad_(False)
+            self.ref_policy = freeze(load_causal_lm(hp.model, dtype=hp.dtype))
 
     def configure_optimizers(self) -> Any:
         hp = self.hp
@@ -175,209 +181,135 @@ class PPOModule(LightningModule):
 
     # ------------------------------------------------------------- training
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
-        rollout = self.collect_rollout(batch, greedy=False)
-        self.score(rollout)
-        self.prepare_update(rollout)
-        update_stats = self.optimize(rollout)
+        rollout = self.collect_rollout(batch)  # sample G responses per prompt, score them
+        experience = self.prepare_update(rollout)  # old / reference log-probs, values, advantages
+        update_stats = self.optimize(experience)  # ppo_epochs x mini-batches of clipped updates
         self.rollout_step += 1
-        return self.log_step(rollout, update_stats)
+        return self.log_step(experience, update_stats)
 
-    @torch.no_grad()
-    def collect_rollout(
-        self, batch: dict[str, Any], *, greedy: bool, for_update: bool = True
-    ) -> Rollout:
-        """Sample G responses per prompt (G = 1 when greedy). The engine is asked for the
-        sampled tokens' log-probs only if the update needs them (see ``needs_sample_log_probs``)."""
-        g = 1 if greedy else self.hp.samples_per_prompt
-        prompt_ids = batch["input_ids"].repeat_interleave(g, dim=0)
-        prompt_mask = batch["attention_mask"].bool().repeat_interleave(g, dim=0)
-        need = for_update and self.needs_sample_log_probs(len(prompt_ids))
-        out = self.engine.generate(
-            self.policy, prompt_ids, prompt_mask, self.tokenizer, greedy=greedy, log_probs=need
+    def collect_rollout(self, batch: dict[str, Any]) -> Rollout:
+        """G sampled responses per prompt, scored by the reward and the reward-term callbacks.
+        The engine is asked for the sampled tokens' log-probs only if something reads them
+        (see ``needs_sample_log_probs``)."""
+        g = self.settings.samples_per_prompt
+        return self.rollouts.collect(
+            self.policy,
+            self.tokenizer,
+            batch,
+            samples_per_prompt=g,
+            log_probs=self.needs_sample_log_probs(len(batch["prompt"]) * g),
+            trainer=self.trainer,
+            module=self,
         )
-        expand = [i for i in range(len(batch["prompt"])) for _ in range(g)]
-        return Rollout(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            response_ids=out.response_ids,
-            response_mask=out.response_mask,
-            sample_log_probs=out.log_probs,
-            group_ids=torch.tensor(expand, device=prompt_ids.device),
-            query_ids=[batch["query_id"][i] for i in expand],
-            tasks=[batch["task"][i] for i in expand],
-            rows=[batch["row"][i] for i in expand],
-            prompts=[batch["prompt"][i] for i in expand],
-            responses=self.tokenizer.batch_decode(out.response_ids, skip_special_tokens=True),
-        )
-
-    def score(self, rollout: Rollout) -> dict[str, Tensor]:
-        """Fill ``rollout.scores`` from the injected reward; returns its per-sample info."""
-        result = self.reward_fn(rollout.prompts, rollout.responses, rollout.rows)
-        scores = torch.as_tensor(result.scores, dtype=torch.float32, device=self.device)
-        if scores.shape != (len(rollout),) or not torch.isfinite(scores).all():
-            raise ValueError(
-                f"{type(self.reward_fn).__name__} returned scores of shape {tuple(scores.shape)} "
-                f"(finite: {bool(torch.isfinite(scores).all())}); expected {len(rollout)} finite "
-                "floats, one per completion"
-            )
-        rollout.scores = scores
-        self._reward_info = {k: torch.as_tensor(v).float() for k, v in result.info.items()}
-        return self._reward_info
-
-    def single_update(self, n: int) -> bool:
-        """Whether a rollout of ``n`` samples gets exactly one optimizer step: the rollout policy
-        *is* the current policy then, so its log-probs are the current ones, detached (exact
-        ratio 1, no extra forward pass)."""
-        hp = self.hp
-        size = hp.mini_batch_size or n
-        return hp.ppo_epochs == 1 and size >= n and not hp.recompute_old_log_probs
 
     def needs_sample_log_probs(self, n: int) -> bool:
         """Whether the engine's log-probs are read: with several updates per rollout (the ratio's
         denominator) or a KL penalty in the reward (computed before the update), unless they are
         recomputed anyway. With one update and the KL in the loss, the update fills
-        ``rollout.old_log_probs`` from its own forward (read by ``rollout/kl``, the KL
+        ``experience.old_log_probs`` from its own forward (read by ``rollout/kl``, the KL
         controller)."""
-        if self.hp.recompute_old_log_probs:
+        if self.settings.recompute_old_log_probs:
             return False  # prepare_update computes them with the training forward
-        kl_in_reward = self.kl_coef > 0 and self.hp.kl_in == "reward"
-        return kl_in_reward or not self.single_update(n)
+        kl_in_reward = self.kl_coef > 0 and self.settings.kl_in == "reward"
+        return kl_in_reward or not self.settings.single_update(n)
 
-    @torch.no_grad()
-    def prepare_update(self, rollout: Rollout) -> None:
+    def prepare_update(self, rollout: Rollout) -> Experience:
         """Old log-probs, reference log-probs, values and advantages for the whole rollout."""
-        hp = self.hp
-        ids, mask, r = rollout.input_ids, rollout.attention_mask, rollout.response_ids.shape[1]
-        rollout.old_log_probs = rollout.sample_log_probs
-        needs_hidden = self.critic is not None and hp.critic == "value_head"
-        if hp.recompute_old_log_probs or needs_hidden:
-            fwd = forward_response(
-                self.policy,
-                ids,
-                mask,
-                rollout.response_ids,
-                temperature=self.engine.temperature,
-                with_hidden=needs_hidden,
-            )
-            if hp.recompute_old_log_probs:
-                rollout.old_log_probs = fwd.log_probs
-            if needs_hidden:
-                rollout.values = self.critic(fwd.hidden).float()
-        if self.critic is not None and not needs_hidden:
-            rollout.values = critic_values(self.critic, ids, mask, r)
-        if self.ref_policy is not None:
-            rollout.ref_log_probs = forward_response(
-                self.ref_policy,
-                ids,
-                mask,
-                rollout.response_ids,
-                temperature=self.engine.temperature,
-            ).log_probs
-        compute_advantages(rollout, **self._advantage_settings())
-
-    def _advantage_settings(self) -> dict[str, Any]:
-        hp = self.hp
-        return dict(
-            advantage=hp.advantage,
-            gamma=hp.gamma,
-            lam=hp.lam,
-            scale_by_std=hp.scale_by_std,
-            whiten=hp.whiten_advantages,
-            kl_coef=self.kl_coef if hp.kl_in == "reward" else 0.0,
-            kl_estimator=hp.kl_estimator,
+        return build_experience(
+            rollout,
+            policy=self.policy,
+            settings=self.settings,
+            temperature=self.engine.temperature,
+            kl_coef=self.kl_coef,
+            critic=self.critic,
+            ref_policy=self.ref_policy,
+            use_current_as_old=self.settings.single_update(len(rollout)),
         )
 
-    def optimize(self, rollout: Rollout) -> dict[str, Tensor]:
-        """``ppo_epochs`` passes of clipped updates over mini-batches of the rollout."""
-        hp = self.hp
-        n = len(rollout)
-        size = hp.mini_batch_size or n
+    def optimize(self, experience: Experience) -> dict[str, Tensor]:
+        """``ppo_epochs`` passes of clipped updates over mini-batches of the experience; the
+        engine serves the new weights after every optimizer step."""
+        n, settings = len(experience), self.settings
         opt: Any = self.optimizers()
-        update = PPOUpdate(self, rollout, use_current_as_old=self.single_update(n))
-        for _ in range(hp.ppo_epochs):
-            for idx in minibatches(n, size, generator=self._shuffle):
-                opt.zero_grad()
-                update.run_minibatch(idx)
-                update.add(self.clip_and_step(opt))
+        update = PPOUpdate(
+            self.policy,
+            settings,
+            experience,
+            temperature=self.engine.temperature,
+            kl_coef=self.kl_coef,
+            critic=self.critic,
+            loss_terms=partial(policy_loss_terms, self.trainer, self),
+            use_current_as_old=settings.single_update(n),
+            step=self.rollout_step,
+        )
+        for _ in range(settings.ppo_epochs):
+            for idx in minibatches(n, settings.update_size(n), generator=self._shuffle):
+                update.add(self.step_optimizer(self, opt, update.micro_batches(idx), update.loss))
                 self.engine.sync_weights(self.policy)
         return update.means()
 
-    def clip_and_step(self, opt: Any) -> dict[str, Tensor]:
-        """Clip the gradient norm, take the optimizer step; return the norm before clipping."""
-        strategy = self.trainer.strategy
-        if is_deepspeed(strategy):
-            # DeepSpeed clips inside its step (configure_model set the norm); under ZeRO the
-            # gradients are not in param.grad, so the norm is the one DeepSpeed computed
-            opt.step()
-            norm = deepspeed_grad_norm(strategy)
-            return {} if norm is None else {"ppo/grad_norm": norm}
-        stats = self.clip_and_norm(opt)
-        opt.step()
-        return stats
-
-    def clip_and_norm(self, opt: Any) -> dict[str, Tensor]:
-        """Clip the gradient norm through Lightning (strategy-aware); return the norm before."""
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        stats = {"ppo/grad_norm": torch.nn.utils.get_total_norm(grads)} if grads else {}
-        if self.hp.max_grad_norm is not None:
-            self.clip_gradients(
-                opt, gradient_clip_val=self.hp.max_grad_norm, gradient_clip_algorithm="norm"
-            )
-        return stats
-
-    def log_step(self, rollout: Rollout, update_stats: dict[str, Tensor]) -> dict[str, Tensor]:
-        assert rollout.scores is not None
-        lengths = rollout.response_mask.sum(1).float()
-        stats: dict[str, Tensor] = {
-            "reward/mean": rollout.scores.mean(),
-            "reward/std": rollout.scores.std()
-            if len(rollout) > 1
-            else rollout.scores.new_zeros(()),
-            "rollout/response_length": lengths.mean(),
-            "rollout/truncated": rollout.response_mask[:, -1].float().mean(),
-            "rollout/step": torch.tensor(float(self.rollout_step)),
-            "ppo/kl_coef": torch.tensor(self.kl_coef),
-        }
-        stats.update({f"reward/{k}": v.mean() for k, v in self._reward_info.items()})
-        if rollout.ref_log_probs is not None and rollout.old_log_probs is not None:
-            kl = kl_penalty(rollout.old_log_probs, rollout.ref_log_probs, estimator="k1")
-            stats["rollout/kl"] = (kl * rollout.response_mask).sum(1).mean()  # per-sequence KL
-        if rollout.values is not None and rollout.returns is not None:
-            stats["ppo/explained_variance"] = explained_variance(
-                rollout.values, rollout.returns, rollout.response_mask
-            )
-        stats.update(update_stats)
-        self.log_dict(
-            {k: v.float() for k, v in stats.items()},
-            on_step=True,
-            on_epoch=False,
-            batch_size=len(rollout),
-        )
-        self.log(
-            "reward", stats["reward/mean"], prog_bar=True, logger=False, batch_size=len(rollout)
-        )
+    def log_step(
+        self, experience: Experience, update_stats: dict[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """Log the rollout's and the update's statistics; returns what callbacks read
+        (``reward``, and ``kl`` with ``num_sequences`` for the adaptive KL controller)."""
+        rollout, n = experience.rollout, len(experience)
+        stats = {**_rollout_stats(rollout), **self._kl_stats(experience), **update_stats}
+        stats["rollout/step"] = torch.tensor(float(self.rollout_step))
+        stats["ppo/kl_coef"] = torch.tensor(self.kl_coef)
+        self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, batch_size=n)
+        self.log("reward", stats["reward/mean"], prog_bar=True, logger=False, batch_size=n)
         if "rollout/kl" in stats:
-            self.log(
-                "kl", stats["rollout/kl"], prog_bar=True, logger=False, batch_size=len(rollout)
-            )
+            self.log("kl", stats["rollout/kl"], prog_bar=True, logger=False, batch_size=n)
         return {
             "reward": stats["reward/mean"].detach(),
             "kl": stats.get("rollout/kl", torch.tensor(0.0)),
+            "num_sequences": torch.tensor(n),
         }
 
-    # ----------------------------------------------------------- validation
+    def _kl_stats(self, experience: Experience) -> dict[str, Tensor]:
+        stats: dict[str, Tensor] = {}
+        mask = experience.rollout.response_mask
+        if experience.ref_log_probs is not None:
+            kl = kl_penalty(experience.old_log_probs, experience.ref_log_probs, estimator="k1")
+            stats["rollout/kl"] = (kl * mask).sum(1).mean()  # per-sequence KL
+        if experience.critic is not None:
+            targets = experience.critic
+            stats["ppo/explained_variance"] = explained_variance(
+                targets.values, targets.returns, mask
+            )
+        return stats
+
+    # ----------------------------------------------------- validation / test
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        rollout = self.collect_rollout(batch, greedy=self.hp.val_greedy, for_update=False)
-        info = self.score(rollout)
-        assert rollout.scores is not None
-        passed = info.get("correct", (rollout.scores >= 1.0).float())
-        self.val_reward.update(rollout.scores)
-        self.val_pass.update(passed.to(self.device))
-        self.log("val/reward", self.val_reward, on_epoch=True, batch_size=len(rollout))
-        self.log("val/pass@1", self.val_pass, on_epoch=True, prog_bar=True, batch_size=len(rollout))
+        self._evaluate(batch, "val", self.val_reward, self.val_pass)
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self.validation_step(batch, batch_idx)
+        self._evaluate(batch, "test", self.test_reward, self.test_pass)
+
+    def _evaluate(self, batch: dict[str, Any], stage: str, reward: Any, passed: Any) -> None:
+        """Reward and pass@1 of one response per prompt (greedy unless ``val_greedy`` is off)."""
+        greedy = self.hp.val_greedy
+        rollout = self.rollouts.collect(
+            self.policy, self.tokenizer, batch, samples_per_prompt=1, greedy=greedy, log_probs=False
+        )
+        reward.update(rollout.scores)
+        passed.update(self._passed(rollout).to(self.device))
+        self.log(f"{stage}/reward", reward, on_epoch=True, batch_size=len(rollout))
+        self.log(f"{stage}/pass@1", passed, on_epoch=True, prog_bar=True, batch_size=len(rollout))
+
+    def _passed(self, rollout: Rollout) -> Tensor:
+        """[B] 1.0 where the ``pass_metric`` (or the score) reaches ``pass_threshold``."""
+        key, threshold = self.hp.pass_metric, self.hp.pass_threshold
+        if key is None:
+            return (rollout.scores >= threshold).float()
+        if key not in rollout.reward_info:
+            raise KeyError(
+                f"pass_metric={key!r} is not in the reward's info (it has "
+                f"{sorted(rollout.reward_info)}). Fix: set model.init_args.pass_metric to one of "
+                "those, or to null to compare the score itself with pass_threshold."
+            )
+        return (rollout.reward_info[key].float() >= threshold).float()
 
     def close(self) -> None:
         """Release what the generation engine holds outside PyTorch (a vLLM instance). Called by
@@ -393,25 +325,42 @@ class PPOModule(LightningModule):
             "kl_coef": self.kl_coef,
             "shuffle_rng": self._shuffle.get_state(),
         }
-        # the frozen reference is the starting model, loaded again from `model` on every start:
-        # saving it would add one more copy of the weights to every checkpoint. (DeepSpeed
-        # checkpoints are written by DeepSpeed from the engine and still contain it.)
-        weights = checkpoint.get("state_dict")
-        if weights is not None:
-            for key in [k for k in weights if k.startswith(_REF_PREFIX)]:
-                del weights[key]
+        self.frozen.drop(checkpoint)  # the reference is the starting model, reloaded on start
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.frozen.restore(self, checkpoint)
         state = checkpoint.get("lit_rlhf", {})
-        weights = checkpoint.get("state_dict")
-        # put the reference back (built by configure_model, which Lightning runs before this hook
-        # on resume and in load_from_checkpoint) so that strict loading finds every key
-        if weights is not None and self.ref_policy is not None:
-            weights.update({_REF_PREFIX + k: v for k, v in self.ref_policy.state_dict().items()})
         self.rollout_step = state.get("rollout_step", 0)
         self.kl_coef = state.get("kl_coef", self.kl_coef)
         if "shuffle_rng" in state:
             self._shuffle.set_state(state["shuffle_rng"])
+
+
+def _rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
+    """Reward (and each part of its info, and the reward terms' diagnostics) and lengths."""
+    scores, mask = rollout.scores, rollout.response_mask
+    stats = {
+        "reward/mean": scores.mean(),
+        "reward/std": scores.std() if len(rollout) > 1 else scores.new_zeros(()),
+        "rollout/response_length": mask.sum(1).float().mean(),
+        "rollout/truncated": mask[:, -1].float().mean(),
+    }
+    stats.update({f"reward/{k}": v.mean() for k, v in rollout.reward_info.items()})
+    stats.update(rollout.term_stats)
+    return stats
+
+
+def _check_module_settings(hparams: Any) -> None:
+    """The module's own settings (the update's are checked by ``PPOSettings``)."""
+    rules = [
+        ("lr", hparams.lr > 0, "> 0"),
+        ("critic_lr", hparams.critic_lr > 0, "> 0"),
+        ("weight_decay", hparams.weight_decay >= 0, ">= 0"),
+        ("kl_coef", hparams.kl_coef >= 0, ">= 0 (0 = no KL term and no reference model)"),
+    ]
+    for name, ok, wanted in rules:
+        if not ok:
+            raise ValueError(f"{name}={hparams[name]!r} must be {wanted}")
 
 
 __all__ = ["PPOModule"]

@@ -116,7 +116,7 @@ def test_forking_tokens_zero_the_loss_of_low_entropy_tokens():
 
 
 def test_full_vocab_diagnostics_are_computed_once_and_shared(monkeypatch):
-    import lit_rlhf.callbacks.loss_terms as loss_terms
+    import lit_rlhf.training.protocols as loss_terms
 
     calls = []
     real = loss_terms.entropy_and_top1

@@ -4,7 +4,7 @@ import torch
 
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.modules import PPOModule
-from lit_rlhf.modules.ppo_update import PPOUpdate
+from lit_rlhf.training import PPOSettings, PPOUpdate
 from lit_rlhf.rollout import DecodeLoopEngine, HFGenerationEngine
 from tests.helpers import ConstantReward, prompt_loader, quiet_trainer
 
@@ -65,10 +65,14 @@ def test_every_trainable_parameter_changes(tiny_model_dir, tmp_path, kwargs):
     assert module.rollout_step == 2
 
 
-def _gradients(module, rollout, micro):
-    module.hparams.micro_batch_size = micro
+def _gradients(module, experience, micro):
+    settings = PPOSettings.from_hparams({**module.hparams, "micro_batch_size": micro})
     module.zero_grad()
-    PPOUpdate(module, rollout, use_current_as_old=False).run_minibatch(torch.arange(len(rollout)))
+    update = PPOUpdate(
+        module.policy, settings, experience, temperature=1.0, kl_coef=0.0, critic=module.critic
+    )
+    for mb in update.micro_batches(torch.arange(len(experience))):
+        update.loss(mb).backward()
     return {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
 
 
@@ -82,11 +86,9 @@ def test_micro_batch_accumulation_equals_one_pass(tiny_model_dir, loss_agg):
     module.manual_backward = lambda loss: loss.backward()
     batch = next(iter(prompt_loader(module.tokenizer, PROMPTS[:4], 4)))
     torch.manual_seed(0)
-    rollout = module.collect_rollout(batch, greedy=False)
-    module.score(rollout)
-    module.prepare_update(rollout)
-    full = _gradients(module, rollout, micro=16)
-    accumulated = _gradients(module, rollout, micro=3)
+    experience = module.prepare_update(module.collect_rollout(batch))
+    full = _gradients(module, experience, micro=16)
+    accumulated = _gradients(module, experience, micro=3)
     assert full.keys() == accumulated.keys()
     for name in full:
         torch.testing.assert_close(accumulated[name], full[name], atol=1e-6, rtol=1e-4)

@@ -32,11 +32,12 @@ class SpyEngine(HFGenerationEngine):
 
 class CheckedPPO(PPOModule):
     """Before each update: the rollout policy's log-probs from a plain forward; after it: the
-    rollout's ``old_log_probs``."""
+    experience's ``old_log_probs``."""
 
     pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # set by fit()
 
-    def optimize(self, rollout):
+    def optimize(self, experience):
+        rollout = experience.rollout
         with torch.no_grad():
             expected = forward_response(
                 self.policy,
@@ -46,8 +47,8 @@ class CheckedPPO(PPOModule):
                 temperature=self.engine.temperature,
                 share_prompts=False,
             ).log_probs
-        stats = super().optimize(rollout)
-        self.pairs.append((expected, rollout.old_log_probs, rollout.response_mask))
+        stats = super().optimize(experience)
+        self.pairs.append((expected, experience.old_log_probs, rollout.response_mask))
         return stats
 
 

@@ -1,4 +1,4 @@
-"""Rollout bookkeeping for the update: critic values, padding trimming, mini-batch indices.
+"""Rollout bookkeeping for an update: critic values, padding trimming, mini-batch indices.
 (The policy's forward over prompt + response is ``lit_rlhf.models.forward``.)"""
 
 from __future__ import annotations

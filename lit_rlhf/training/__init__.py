@@ -1,0 +1,56 @@
+"""The training core every LightningModule of lit-rlhf composes (and any other may).
+
+- :class:`OptimizerStep`: micro-batch backward, gradient hooks, clipping and the optimizer step,
+  the same under one process, DDP and DeepSpeed.
+- :class:`FrozenModules` / :func:`freeze`: frozen models (a reference policy, a frozen decoder)
+  kept out of checkpoints and put back on load.
+- :class:`RolloutCollector`: generation engine + reward + reward-term callbacks -> a scored
+  :class:`~lit_rlhf.types.Rollout`.
+- :func:`build_experience` / :class:`PPOUpdate` / :class:`PPOSettings`: advantages and the
+  clipped policy update, driven by a validated settings record.
+- The callback protocols (:mod:`lit_rlhf.training.protocols`): loss terms, reward terms and
+  gradient hooks, with :class:`Gradients` as the strategy-aware gradient accessor.
+"""
+
+from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
+from lit_rlhf.training.experience import build_experience, compute_advantages
+from lit_rlhf.training.frozen import FrozenModules, freeze
+from lit_rlhf.training.gradients import Gradients
+from lit_rlhf.training.optimization import OptimizerStep
+from lit_rlhf.training.ppo_update import MicroBatch, PPOUpdate
+from lit_rlhf.training.protocols import (
+    GradientHook,
+    PolicyLossContext,
+    PolicyLossTerm,
+    RewardContext,
+    RewardTerm,
+    gradient_hooks,
+    policy_loss_terms,
+    reward_terms,
+)
+from lit_rlhf.training.rollouts import RolloutCollector
+from lit_rlhf.training.settings import PPOSettings
+
+__all__ = [
+    "FrozenModules",
+    "GradientHook",
+    "Gradients",
+    "MicroBatch",
+    "OptimizerStep",
+    "PPOSettings",
+    "PPOUpdate",
+    "PolicyLossContext",
+    "PolicyLossTerm",
+    "RewardContext",
+    "RewardTerm",
+    "RolloutCollector",
+    "build_experience",
+    "compute_advantages",
+    "critic_values",
+    "freeze",
+    "gradient_hooks",
+    "minibatches",
+    "policy_loss_terms",
+    "reward_terms",
+    "trim_columns",
+]

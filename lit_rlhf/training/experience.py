@@ -1,0 +1,122 @@
+"""From a scored rollout to an :class:`Experience`: the rollout policy's and the reference's
+log-probs, critic values and advantages, for the whole rollout before any update.
+
+References: GAE (arXiv 1506.02438), GRPO's group-normalised advantages (arXiv 2402.03300),
+RLOO (arXiv 2402.14740), KL in the reward (Ziegler et al., arXiv 1909.08593).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lit_rlhf.algos import (
+    gae,
+    group_advantages,
+    kl_penalty,
+    masked_whiten,
+    rloo_advantages,
+    token_level_rewards,
+)
+from lit_rlhf.models.forward import forward_response
+from lit_rlhf.training.batching import critic_values
+from lit_rlhf.training.settings import PPOSettings
+from lit_rlhf.types import CriticTargets, Experience, Rollout
+
+
+@torch.no_grad()
+def build_experience(
+    rollout: Rollout,
+    *,
+    policy: nn.Module,
+    settings: PPOSettings,
+    temperature: float,
+    kl_coef: float,
+    critic: nn.Module | None = None,
+    ref_policy: nn.Module | None = None,
+    use_current_as_old: bool = False,
+) -> Experience:
+    """Everything the update reads, computed once per rollout.
+
+    ``use_current_as_old``: the rollout gets one update, whose own detached log-probs are the old
+    ones; if the engine returned none they are written into the experience during that update
+    (``Experience.old_from_update``). Otherwise the engine's log-probs are used, or recomputed
+    with a forward pass when ``settings.recompute_old_log_probs``.
+    """
+    ids, mask, r = rollout.input_ids, rollout.attention_mask, rollout.response_ids.shape[1]
+    old = rollout.sample_log_probs
+    value_head = critic is not None and settings.critic == "value_head"
+    values = None
+    if settings.recompute_old_log_probs or value_head:
+        fwd = forward_response(
+            policy, ids, mask, rollout.response_ids, temperature=temperature, with_hidden=value_head
+        )
+        old = fwd.log_probs if settings.recompute_old_log_probs else old
+        values = critic(fwd.hidden).float() if value_head and critic is not None else None
+    if critic is not None and not value_head:
+        values = critic_values(critic, ids, mask, r)
+    ref = None
+    if ref_policy is not None:
+        ref = forward_response(
+            ref_policy, ids, mask, rollout.response_ids, temperature=temperature
+        ).log_probs
+    if old is None and not use_current_as_old:
+        raise ValueError(
+            "several updates per rollout need the rollout's log-probs, but the engine returned "
+            "none. Fix: call generate(..., log_probs=True) or set recompute_old_log_probs."
+        )
+    kl_reward = kl_coef if settings.kl_in == "reward" else 0.0
+    advantages, returns = compute_advantages(
+        rollout, settings, old_log_probs=old, ref_log_probs=ref, values=values, kl_coef=kl_reward
+    )
+    return Experience(
+        rollout=rollout,
+        old_log_probs=torch.zeros_like(rollout.response_mask, dtype=torch.float32)
+        if old is None
+        else old,
+        advantages=advantages,
+        ref_log_probs=ref,
+        critic=None if values is None or returns is None else CriticTargets(values, returns),
+        old_from_update=old is None,
+    )
+
+
+def compute_advantages(
+    rollout: Rollout,
+    settings: PPOSettings,
+    *,
+    old_log_probs: Tensor | None,
+    ref_log_probs: Tensor | None,
+    values: Tensor | None,
+    kl_coef: float,
+) -> tuple[Tensor, Tensor | None]:
+    """(advantages [B, R], returns [B, R] for GAE else None). ``kl_coef`` > 0 here means KL in
+    the reward: per token for GAE, summed per sequence for the group baselines."""
+    mask = rollout.response_mask
+    kl = None
+    if kl_coef > 0 and ref_log_probs is not None:
+        if old_log_probs is None:
+            raise RuntimeError(
+                "a KL penalty in the reward needs the rollout's log-probs before the update, but "
+                "the engine returned none. Fix: call generate(..., log_probs=True)."
+            )
+        kl = kl_penalty(old_log_probs, ref_log_probs, estimator=settings.kl_estimator)
+        kl = kl.masked_fill(~mask, 0.0)
+    if settings.advantage == "gae":
+        if values is None:
+            raise ValueError("advantage='gae' needs critic values: pass the critic")
+        rewards = token_level_rewards(rollout.scores, mask)
+        if kl is not None:
+            rewards = rewards - kl_coef * kl
+        adv, returns = gae(rewards, values, mask, gamma=settings.gamma, lam=settings.lam)
+        return (masked_whiten(adv, mask) if settings.whiten_advantages else adv), returns
+    scores = rollout.scores if kl is None else rollout.scores - kl_coef * kl.sum(1)
+    return _group_advantages(scores, rollout.group_ids, settings)[:, None] * mask, None
+
+
+def _group_advantages(scores: Tensor, group_ids: Tensor, settings: PPOSettings) -> Tensor:
+    if settings.advantage == "grpo":
+        return group_advantages(scores, group_ids, scale_by_std=settings.scale_by_std)
+    if settings.advantage == "rloo":
+        return rloo_advantages(scores, group_ids)
+    raise ValueError(f"unknown advantage {settings.advantage!r}; expected gae, grpo or rloo")

@@ -1,0 +1,97 @@
+"""One optimizer step from micro-batch losses, the same under one process, DDP and DeepSpeed.
+
+Every module with manual optimisation (PPO, the generative reward model, the compressor) calls
+:class:`OptimizerStep` instead of writing its own backward / clip / step, because each of those is
+easy to get silently wrong under DeepSpeed (see ``lit_rlhf.strategies.deepspeed_hooks``):
+
+    zero_grad -> for each micro-batch: mark it (DeepSpeed) and ``manual_backward(loss)``
+              -> gradient hooks (callbacks may read / rewrite the reduced gradients)
+              -> gradient norm + clipping (DeepSpeed: its own, inside its step)
+              -> ``optimizer.step()``
+
+Exact accumulation is the caller's part: each micro-batch loss must already be scaled so that
+the sum over micro-batches equals the mini-batch loss (``aggregate_loss(num_tokens=...)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import torch
+from lightning import LightningModule
+from torch import Tensor
+
+from lit_rlhf.strategies import (
+    deepspeed_grad_norm,
+    is_deepspeed,
+    set_deepspeed_gradient_clipping,
+    start_micro_batch,
+)
+from lit_rlhf.training.gradients import Gradients
+from lit_rlhf.training.protocols import gradient_hooks
+
+MicroBatch = TypeVar("MicroBatch")
+
+
+class OptimizerStep:
+    """Backward over micro-batches, gradient hooks, clipping and the step.
+
+    Args:
+        max_grad_norm: clip the total gradient norm to this value (None: no clipping). Under
+            DeepSpeed it becomes the config's ``gradient_clipping``: call :meth:`configure`
+            from ``configure_model``, before DeepSpeed reads its config.
+        norm_key: the key under which the gradient norm (before clipping) is returned.
+    """
+
+    def __init__(self, *, max_grad_norm: float | None, norm_key: str = "train/grad_norm") -> None:
+        if max_grad_norm is not None and not max_grad_norm > 0:
+            raise ValueError(
+                f"max_grad_norm must be > 0 or None (no clipping), got {max_grad_norm}"
+            )
+        self.max_grad_norm = max_grad_norm
+        self.norm_key = norm_key
+
+    def configure(self, strategy: Any) -> None:
+        """Hand the clipping norm to DeepSpeed (a no-op for other strategies)."""
+        set_deepspeed_gradient_clipping(strategy, self.max_grad_norm)
+
+    def __call__(
+        self,
+        module: LightningModule,
+        optimizer: Any,
+        micro_batches: Sequence[MicroBatch],
+        loss_fn: Callable[[MicroBatch], Tensor],
+    ) -> dict[str, Tensor]:
+        """Take one optimizer step on the summed gradients of ``loss_fn`` over ``micro_batches``.
+        Returns the hooks' diagnostics and the gradient norm before clipping."""
+        if not micro_batches:
+            raise ValueError("an optimizer step needs at least one micro-batch")
+        strategy = module.trainer.strategy
+        optimizer.zero_grad()
+        for i, micro in enumerate(micro_batches):
+            # under DeepSpeed, micro-batches bypass the engine's forward (no-op elsewhere)
+            start_micro_batch(strategy, last=i == len(micro_batches) - 1)
+            module.manual_backward(loss_fn(micro))
+        stats = gradient_hooks(module.trainer, module, Gradients(module, strategy))
+        if is_deepspeed(strategy):
+            # DeepSpeed clips inside its step; under ZeRO the gradients are not in param.grad,
+            # so the norm is the one DeepSpeed computed there
+            optimizer.step()
+            norm = deepspeed_grad_norm(strategy)
+        else:
+            norm = self._norm_and_clip(module, optimizer)
+            optimizer.step()
+        if norm is not None:
+            stats[self.norm_key] = norm
+        return stats
+
+    def _norm_and_clip(self, module: LightningModule, optimizer: Any) -> Tensor | None:
+        """The total gradient norm before clipping; clips through Lightning (strategy-aware)."""
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads).detach() if grads else None
+        if self.max_grad_norm is not None:
+            module.clip_gradients(
+                optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm"
+            )
+        return norm

@@ -1,0 +1,196 @@
+"""The clipped policy (+ value) loss of one micro-batch of an :class:`Experience`.
+
+:class:`PPOUpdate` holds the networks, the settings and the experience, and gives
+:class:`~lit_rlhf.training.OptimizerStep` what it needs: the micro-batches of a mini-batch and
+the loss of each. Token-mean aggregation divides every micro-batch's summed loss by the token
+count of its whole mini-batch, so accumulating micro-batches gives exactly the gradient of one
+pass. References: PPO (arXiv 1707.06347), dual clip (arXiv 1912.09729), GRPO's KL in the loss
+(arXiv 2402.03300).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from lit_rlhf.algos import (
+    aggregate_loss,
+    clipped_policy_loss,
+    clipped_value_loss,
+    kl_penalty,
+    masked_mean,
+)
+from lit_rlhf.models.forward import forward_response
+from lit_rlhf.training.batching import critic_values, trim_columns
+from lit_rlhf.training.protocols import PolicyLossContext
+from lit_rlhf.training.settings import PPOSettings
+from lit_rlhf.types import Experience
+
+LossTerms = Callable[[PolicyLossContext], tuple[Tensor, dict[str, Tensor]]]
+
+
+class MicroBatch(NamedTuple):
+    rows: Tensor  # [b] long, rows of the experience
+    num_tokens: Tensor  # response tokens in the whole mini-batch (token-mean denominator)
+    num_seqs: int  # sequences in the whole mini-batch
+
+
+def no_loss_terms(ctx: PolicyLossContext) -> tuple[Tensor, dict[str, Tensor]]:
+    return torch.zeros_like(ctx.per_token_loss), {}
+
+
+class PPOUpdate:
+    """Losses for mini-batches of one experience.
+
+    Args:
+        policy: the policy network being trained. critic: the critic (GAE only), a separate
+            network or a value head over the policy's hidden states (``settings.critic``).
+        settings: the update's :class:`PPOSettings`.
+        experience: the prepared rollout.
+        temperature: the sampling temperature (log-probs are taken under the same distribution).
+        kl_coef: the current KL coefficient (an adaptive controller may move it between steps).
+        loss_terms: the loss-term protocol bound to the trainer and module, e.g.
+            ``functools.partial(policy_loss_terms, trainer, module)``.
+        use_current_as_old: the current policy's detached log-probs are the old ones (valid when
+            the experience gets exactly one update, before which the weights did not change).
+        step: the rollout step, for error messages.
+    """
+
+    def __init__(
+        self,
+        policy: nn.Module,
+        settings: PPOSettings,
+        experience: Experience,
+        *,
+        temperature: float,
+        kl_coef: float,
+        critic: nn.Module | None = None,
+        loss_terms: LossTerms = no_loss_terms,
+        use_current_as_old: bool = False,
+        step: int = 0,
+    ) -> None:
+        self.policy, self.critic, self.settings = policy, critic, settings
+        self.experience = experience
+        self.temperature, self.kl_coef = temperature, kl_coef
+        self.loss_terms = loss_terms
+        self.use_current_as_old = use_current_as_old
+        self.step = step
+        self.stats: dict[str, list[Tensor]] = defaultdict(list)
+
+    def micro_batches(self, index: Tensor) -> list[MicroBatch]:
+        """The micro-batches of the mini-batch ``index`` [b] (rows of the experience)."""
+        mask = self.experience.rollout.response_mask[index]
+        n_tokens = mask.sum().clamp(min=1)
+        return [
+            MicroBatch(micro, n_tokens, len(index))
+            for micro in index.split(self.settings.micro_batch_size)
+        ]
+
+    def loss(self, mb: MicroBatch) -> Tensor:
+        """The micro-batch's share of the mini-batch loss (policy + KL + callback terms +
+        value)."""
+        exp, s, micro = self.experience, self.settings, mb.rows
+        ro = exp.rollout
+        pcols, rcols = trim_columns(ro.prompt_mask[micro], ro.response_mask[micro])
+        r_ids, mask = ro.response_ids[micro][:, rcols], ro.response_mask[micro][:, rcols]
+        ids = torch.cat([ro.prompt_ids[micro][:, pcols], r_ids], dim=1)
+        attn = torch.cat([ro.prompt_mask[micro][:, pcols], mask], dim=1)
+        value_head = self.critic is not None and s.critic == "value_head"
+        fwd = forward_response(
+            self.policy, ids, attn, r_ids, temperature=self.temperature, with_hidden=value_head
+        )
+        adv = exp.advantages[micro][:, rcols]
+        old = self._old_log_probs(fwd.log_probs, micro, rcols, mask)
+        pg, pg_stats = clipped_policy_loss(
+            fwd.log_probs,
+            old,
+            adv,
+            mask,
+            clip_low=s.clip_low,
+            clip_high=s.clip_high,
+            dual_clip=s.dual_clip,
+        )
+        per_token = pg + self._kl_loss(fwd.log_probs, micro, rcols, mask)
+        ctx = PolicyLossContext(fwd.logits, fwd.log_probs, old, adv, mask, pg)
+        extra, extra_stats = self.loss_terms(ctx)
+        loss = aggregate_loss(
+            per_token + extra, mask, mode=s.loss_agg, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs
+        )
+        self._record("ppo/policy_loss", aggregate_loss(pg, mask, mode=s.loss_agg))
+        if self.critic is not None:
+            values = self._values(fwd.hidden, ids, attn, mask.shape[1], value_head)
+            loss = loss + self._value_loss(values, micro, rcols, mask, mb)
+        self._check_finite(loss)
+        self._record("ppo/entropy", ctx.full_vocab_means()["entropy"])
+        self.add({f"ppo/{k}": v for k, v in pg_stats._asdict().items()})
+        self.add(extra_stats)
+        return loss
+
+    def _old_log_probs(self, current: Tensor, micro: Tensor, rcols: slice, mask: Tensor) -> Tensor:
+        exp = self.experience
+        if not self.use_current_as_old:
+            return exp.old_log_probs[micro][:, rcols]
+        old = current.detach()
+        if exp.old_from_update:
+            exp.old_log_probs[micro, rcols] = old.float().masked_fill(~mask, 0.0)
+        return old
+
+    def _kl_loss(self, log_probs: Tensor, micro: Tensor, rcols: slice, mask: Tensor) -> Tensor:
+        ref = self.experience.ref_log_probs
+        if not (self.kl_coef > 0 and self.settings.kl_in == "loss" and ref is not None):
+            return torch.zeros_like(log_probs)
+        kl = kl_penalty(log_probs, ref[micro][:, rcols], estimator=self.settings.kl_estimator)
+        self._record("ppo/kl_loss", masked_mean(kl, mask))
+        return self.kl_coef * kl
+
+    def _values(
+        self, hidden: Tensor | None, ids: Tensor, attn: Tensor, r: int, value_head: bool
+    ) -> Tensor:
+        assert self.critic is not None
+        if value_head:
+            return self.critic(hidden).float()
+        return critic_values(self.critic, ids, attn, r)
+
+    def _value_loss(
+        self, values: Tensor, micro: Tensor, rcols: slice, mask: Tensor, mb: MicroBatch
+    ) -> Tensor:
+        s, targets = self.settings, self.experience.critic
+        if targets is None:
+            raise ValueError("a critic is being trained but the experience has no value targets")
+        v_loss, v_stats = clipped_value_loss(
+            values,
+            targets.values[micro][:, rcols],
+            targets.returns[micro][:, rcols],
+            mask,
+            clip=s.value_clip,
+        )
+        self._record("ppo/value_loss", aggregate_loss(v_loss, mask, mode=s.loss_agg))
+        self.add({f"critic/{k}": v for k, v in v_stats._asdict().items()})
+        return s.vf_coef * aggregate_loss(
+            v_loss, mask, mode=s.loss_agg, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs
+        )
+
+    def _check_finite(self, loss: Tensor) -> None:
+        if not torch.isfinite(loss):
+            last = {k: float(v[-1]) for k, v in self.stats.items() if v}
+            raise FloatingPointError(
+                f"non-finite PPO loss ({float(loss)}) at rollout step {self.step}; latest "
+                f"components: {last}. The optimizer step for this mini-batch was not taken. "
+                "Likely fixes: lower the learning rate, check the reward for inf/NaN, use fp32 "
+                "or bf16-mixed."
+            )
+
+    def _record(self, key: str, value: Tensor) -> None:
+        self.stats[key].append(value.detach().float())
+
+    def add(self, stats: dict[str, Any]) -> None:
+        """Record scalar diagnostics (averaged by :meth:`means`)."""
+        for key, value in stats.items():
+            self._record(key, value)
+
+    def means(self) -> dict[str, Tensor]:
+        return {k: torch.stack(v).mean() for k, v in self.stats.items()}

@@ -1,0 +1,127 @@
+"""Rollout collection and scoring, as a component any module calls: a generation engine, a
+reward function and the reward-term callbacks turn a prompt batch into a scored :class:`Rollout`.
+
+The module never imports a concrete engine or reward: both are injected (class paths in YAML).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lit_rlhf.rewards.base import RewardFunction
+from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.training.protocols import RewardContext, reward_terms
+from lit_rlhf.types import GenerationOutput, Rollout
+
+
+class RolloutCollector:
+    """Samples responses for prompt batches and scores them.
+
+    Args:
+        engine: the generation engine (HF generate, the decode loop, vLLM, or any
+            :class:`GenerationEngine`).
+        reward: the reward function (any :class:`RewardFunction`).
+    """
+
+    def __init__(self, engine: GenerationEngine, reward: RewardFunction) -> None:
+        if not callable(reward):
+            raise TypeError(f"reward must be a RewardFunction (callable), got {type(reward)}")
+        if not callable(getattr(engine, "generate", None)):
+            raise TypeError(f"engine must be a GenerationEngine, got {type(engine)}")
+        self.engine = engine
+        self.reward = reward
+
+    @torch.no_grad()
+    def collect(
+        self,
+        policy: nn.Module,
+        tokenizer: Any,
+        batch: dict[str, Any],
+        *,
+        samples_per_prompt: int,
+        greedy: bool = False,
+        log_probs: bool = True,
+        trainer: Any = None,
+        module: Any = None,
+    ) -> Rollout:
+        """Sample ``samples_per_prompt`` responses per prompt of ``batch`` (a prompt batch as
+        ``PromptDataModule`` makes it) and score them. ``log_probs``: ask the engine for the
+        sampled tokens' log-probs. With ``trainer`` given, the reward-term callbacks of
+        ``trainer.callbacks`` add their terms to the scores (training rollouts)."""
+        g = samples_per_prompt
+        prompt_ids = batch["input_ids"].repeat_interleave(g, dim=0)
+        prompt_mask = batch["attention_mask"].bool().repeat_interleave(g, dim=0)
+        out = self.engine.generate(
+            policy, prompt_ids, prompt_mask, tokenizer, greedy=greedy, log_probs=log_probs
+        )
+        expand = [i for i in range(len(batch["prompt"])) for _ in range(g)]
+        rollout = self._scored(
+            prompt_ids,
+            prompt_mask,
+            out,
+            expand,
+            batch,
+            tokenizer.batch_decode(out.response_ids, skip_special_tokens=True),
+        )
+        if trainer is not None:
+            self._add_reward_terms(rollout, trainer, module)
+        return rollout
+
+    def _scored(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        out: GenerationOutput,
+        expand: list[int],
+        batch: dict[str, Any],
+        responses: list[str],
+    ) -> Rollout:
+        prompts = [batch["prompt"][i] for i in expand]
+        rows = [batch["row"][i] for i in expand]
+        scores, info = self.score(prompts, responses, rows, device=prompt_ids.device)
+        return Rollout(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=out.response_ids,
+            response_mask=out.response_mask,
+            sample_log_probs=out.log_probs,
+            group_ids=torch.tensor(expand, device=prompt_ids.device),
+            query_ids=[batch["query_id"][i] for i in expand],
+            tasks=[batch["task"][i] for i in expand],
+            rows=rows,
+            prompts=prompts,
+            responses=responses,
+            scores=scores,
+            reward_info=info,
+        )
+
+    def score(
+        self, prompts: list[str], responses: list[str], rows: list[Any], *, device: Any = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The injected reward's scores [B] (checked: one finite float per response) and its
+        per-sample info."""
+        result = self.reward(prompts, responses, rows)
+        scores = torch.as_tensor(result.scores, dtype=torch.float32, device=device)
+        if scores.shape != (len(responses),) or not torch.isfinite(scores).all():
+            raise ValueError(
+                f"{type(self.reward).__name__} returned scores of shape {tuple(scores.shape)} "
+                f"(finite: {bool(torch.isfinite(scores).all())}); expected {len(responses)} "
+                "finite floats, one per completion"
+            )
+        return scores, {k: torch.as_tensor(v).float() for k, v in result.info.items()}
+
+    def _add_reward_terms(self, rollout: Rollout, trainer: Any, module: Any) -> None:
+        ctx = RewardContext(
+            prompts=rollout.prompts,
+            responses=rollout.responses,
+            rows=rollout.rows,
+            query_ids=rollout.query_ids,
+            tasks=rollout.tasks,
+            group_ids=rollout.group_ids,
+            scores=rollout.scores,
+        )
+        extra, rollout.term_stats = reward_terms(trainer, module, ctx)
+        rollout.scores = rollout.scores + extra

@@ -1,0 +1,102 @@
+"""The settings of a PPO-family update, as one typed, frozen, validated record.
+
+Modules keep flat constructor arguments (that is what LightningCLI and YAML see) and build a
+:class:`PPOSettings` from them in ``__init__``, so a bad value fails when the module is built,
+before any model loads, with a message that names the setting and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+Advantage = Literal["gae", "grpo", "rloo"]
+CriticKind = Literal["separate", "value_head"]
+LossAggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+Estimator = Literal["k1", "k2", "k3"]
+KLPlacement = Literal["loss", "reward"]
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    """What the advantage estimation and the clipped update read (see ``PPOModule`` for the
+    meaning of each field; the defaults are PPOModule's)."""
+
+    advantage: Advantage = "grpo"
+    samples_per_prompt: int = 4
+    scale_by_std: bool = True
+    whiten_advantages: bool = True
+    gamma: float = 1.0
+    lam: float = 1.0
+    critic: CriticKind = "separate"
+    ppo_epochs: int = 1
+    mini_batch_size: int | None = None
+    micro_batch_size: int = 8
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    value_clip: float | None = 0.2
+    vf_coef: float = 0.5
+    loss_agg: LossAggregation = "token_mean"
+    kl_estimator: Estimator = "k3"
+    kl_in: KLPlacement = "loss"
+    recompute_old_log_probs: bool = False
+
+    def __post_init__(self) -> None:
+        self._check_literals()
+        self._check_ranges()
+
+    def _check_literals(self) -> None:
+        hints = get_type_hints(type(self))
+        for spec in dataclasses.fields(self):
+            allowed = get_args(hints[spec.name])
+            if get_origin(hints[spec.name]) is Literal and getattr(self, spec.name) not in allowed:
+                raise ValueError(
+                    f"{spec.name}={getattr(self, spec.name)!r} is not one of {list(allowed)}"
+                )
+
+    def _check_ranges(self) -> None:
+        rules = [
+            ("samples_per_prompt", self.samples_per_prompt >= 1, ">= 1"),
+            ("ppo_epochs", self.ppo_epochs >= 1, ">= 1"),
+            ("micro_batch_size", self.micro_batch_size >= 1, ">= 1"),
+            ("mini_batch_size", self.mini_batch_size is None or self.mini_batch_size >= 1,
+             ">= 1, or null for the whole rollout"),
+            ("clip_low", 0 < self.clip_low < 1, "in (0, 1): the ratio's lower bound 1 - clip_low"),
+            ("clip_high", self.clip_high > 0, "> 0"),
+            ("dual_clip", self.dual_clip is None or self.dual_clip > 1,
+             "> 1 (it caps the loss of negative advantages at dual_clip x |A|), or null"),
+            ("value_clip", self.value_clip is None or self.value_clip > 0, "> 0, or null"),
+            ("vf_coef", self.vf_coef >= 0, ">= 0"),
+            ("gamma", 0 <= self.gamma <= 1, "in [0, 1]"),
+            ("lam", 0 <= self.lam <= 1, "in [0, 1]"),
+        ]  # fmt: skip
+        for name, ok, wanted in rules:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be {wanted}")
+        if self.advantage != "gae" and self.samples_per_prompt < 2:
+            raise ValueError(
+                f"advantage={self.advantage!r} compares samples of the same prompt: set "
+                "samples_per_prompt >= 2, or use advantage='gae' with a critic"
+            )
+
+    @classmethod
+    def from_hparams(cls, hparams: Mapping[str, Any]) -> PPOSettings:
+        """The settings named in ``hparams`` (a module's hyperparameters); the rest default."""
+        return cls(
+            **{f.name: hparams[f.name] for f in dataclasses.fields(cls) if f.name in hparams}
+        )
+
+    def update_size(self, n: int) -> int:
+        """Sequences per optimizer step for a rollout of ``n`` sequences."""
+        return self.mini_batch_size or n
+
+    def single_update(self, n: int) -> bool:
+        """Whether a rollout of ``n`` sequences gets exactly one optimizer step: the rollout
+        policy *is* the current policy then, so its log-probs are the current ones, detached
+        (exact ratio 1, no extra forward pass)."""
+        return (
+            self.ppo_epochs == 1 and self.update_size(n) >= n and not self.recompute_old_log_probs
+        )
