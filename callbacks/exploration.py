@@ -1,7 +1,7 @@
 """Exploration callbacks for policy-gradient training: trust-region entropy (TRE) and the
 baselines it is compared with (arXiv 2602.03635).
 
-Each callback takes part in the loss-term protocol (:mod:`lit_rlhf.callbacks.loss_terms`): it
+Each callback takes part in the loss-term protocol (:mod:`lit_rlhf.training.protocols`): it
 returns a per-token term that the module adds to its per-token policy loss before aggregation, so
 it works in any LightningModule that calls :func:`policy_loss_terms`. Each has a coefficient
 schedule (constant, linear or cosine, optional warmup) driven by its own count of optimizer

@@ -1,4 +1,4 @@
-"""Plot logged metrics per training step to a PNG at the end of fit."""
+"""Plot logged metrics per training step to a PNG in the run's folder at the end of fit."""
 
 from __future__ import annotations
 
@@ -12,12 +12,17 @@ from typing_extensions import override
 
 class MetricsPlot(Callback):
     """Records ``metrics`` from ``trainer.callback_metrics`` after every training batch and writes
-    one panel per metric to ``<log_dir>/<filename>`` when fit ends (and at every checkpoint load
-    the history comes back, so a resumed run plots the whole curve).
+    one panel per metric to ``<run folder>/<filename>`` when fit ends (and at every checkpoint
+    load the history comes back, so a resumed run plots the whole curve).
+
+    The run folder is the first logger's ``log_dir`` when it has one (the ``version_N`` folder of
+    ``CSVLogger`` / ``TensorBoardLogger``), else that logger's ``save_dir``, else (no logger)
+    ``trainer.default_root_dir``. Under ``fast_dev_run`` nothing is written: Lightning's smoke
+    mode promises no side effects (its loggers are replaced by a dummy with no folder).
 
     Args:
         metrics: logged keys to plot, e.g. ``["reward/mean", "rollout/response_length"]``.
-        filename: PNG name inside the logger's folder (or the trainer's root dir).
+        filename: PNG name inside the run folder.
         smoothing: window of the moving average drawn over each raw curve (1 = off).
     """
 
@@ -46,11 +51,15 @@ class MetricsPlot(Callback):
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        # trainer.log_dir broadcasts rank 0's folder: every rank must ask, or multi-process runs
-        # (DDP, DeepSpeed) hang or crash at the end of fit
-        folder = trainer.log_dir or trainer.default_root_dir
+        # Trainer sets fast_dev_run in __init__ without declaring it, hence getattr (for mypy)
+        if getattr(trainer, "fast_dev_run", False):
+            rank_zero_info(f"MetricsPlot: fast_dev_run, so {self.filename} is not written")
+            return
+        # Only rank 0 writes, and only rank 0 asks for the folder: the logger's own properties
+        # are local reads. (trainer.log_dir instead broadcasts rank 0's folder: if it is used,
+        # every rank must ask, or multi-process runs (DDP, DeepSpeed) hang at the end of fit.)
         if trainer.is_global_zero:
-            self._write(folder)
+            self._write(_run_folder(trainer))
 
     def _write(self, folder: str) -> None:
         import matplotlib
@@ -87,3 +96,14 @@ class MetricsPlot(Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history = {m: list(state_dict["history"].get(m, [])) for m in self.metrics}
+
+
+def _run_folder(trainer: Trainer) -> str:
+    """This process's folder for the run's files: the first logger's ``log_dir`` (a
+    ``version_N`` folder), else its ``save_dir``, else ``trainer.default_root_dir``."""
+    if trainer.loggers:
+        logger = trainer.loggers[0]
+        folder = getattr(logger, "log_dir", None) or logger.save_dir
+        if folder:
+            return str(folder)
+    return trainer.default_root_dir

@@ -1,7 +1,10 @@
 """``lit-rlhf fit|validate|test --config ...``: one LightningCLI for every module and DataModule.
 
 Every cross-component link lives here:
-- ``data.tokenizer`` (the DataModule's loaded tokenizer) -> ``model.init_args.tokenizer``.
+- ``data.tokenizer`` (the DataModule's loaded tokenizer) -> ``model.init_args.tokenizer``, for
+  modules whose ``__init__`` takes a ``tokenizer``. For any other LightningModule jsonargparse
+  skips the link, as it does every instantiation link whose target is not among the chosen
+  class's init args (tests/test_cli.py).
 """
 
 from __future__ import annotations

@@ -65,15 +65,7 @@ def clipped_policy_loss(
     Returns:
         (per-token loss [B, R] with 0 outside the mask, PolicyLossStats).
     """
-    if not 0 <= clip_low < 1:
-        raise ValueError(f"clip_low must be in [0, 1) so that 1 - clip_low > 0, got {clip_low}")
-    if clip_high < 0:
-        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
-    if dual_clip is not None and dual_clip <= 1:
-        raise ValueError(
-            f"dual_clip must be > 1 (it caps the loss at -A * dual_clip for negative "
-            f"advantages, Ye et al. 2020), got {dual_clip}; pass None to disable it"
-        )
+    _check_policy_clips(clip_low, clip_high, dual_clip)
     old_log_probs, advantages = old_log_probs.detach(), advantages.detach()
     log_ratio = log_probs - old_log_probs
     ratio = torch.exp(log_ratio)
@@ -88,19 +80,45 @@ def clipped_policy_loss(
         cap = -advantages * dual_clip
         dual_active = (advantages < 0) & (loss > cap)
         loss = torch.where(dual_active, cap, loss)
-
-    with torch.no_grad():
-        # ratio > 0, so filling uncounted positions with 0 leaves the max of the counted ones
-        # (and 0 when none count) without a host sync to ask whether any do.
-        ratio_max = torch.where(mask, ratio, 0.0).amax() if ratio.numel() else ratio.new_zeros(())
-        stats = PolicyLossStats(
-            clip_fraction=masked_mean((clip_active | dual_active).to(ratio.dtype), mask),
-            approx_kl=masked_mean(kl_penalty(old_log_probs, log_probs, estimator="k3"), mask),
-            ratio_mean=masked_mean(ratio, mask),
-            ratio_max=ratio_max,
-            dual_clip_fraction=masked_mean(dual_active.to(ratio.dtype), mask),
-        )
+    stats = _policy_loss_stats(
+        log_probs, old_log_probs, ratio, mask, clip_active=clip_active, dual_active=dual_active
+    )
     return _zero_outside(loss, mask), stats
+
+
+def _check_policy_clips(clip_low: float, clip_high: float, dual_clip: float | None) -> None:
+    if not 0 <= clip_low < 1:
+        raise ValueError(f"clip_low must be in [0, 1) so that 1 - clip_low > 0, got {clip_low}")
+    if clip_high < 0:
+        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+    if dual_clip is not None and dual_clip <= 1:
+        raise ValueError(
+            f"dual_clip must be > 1 (it caps the loss at -A * dual_clip for negative "
+            f"advantages, Ye et al. 2020), got {dual_clip}; pass None to disable it"
+        )
+
+
+@torch.no_grad()
+def _policy_loss_stats(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    ratio: Tensor,
+    mask: Tensor,
+    *,
+    clip_active: Tensor,
+    dual_active: Tensor,
+) -> PolicyLossStats:
+    """Detached masked statistics of one ``clipped_policy_loss`` call (all inputs [B, R])."""
+    # ratio > 0, so filling uncounted positions with 0 leaves the max of the counted ones
+    # (and 0 when none count) without a host sync to ask whether any do.
+    ratio_max = torch.where(mask, ratio, 0.0).amax() if ratio.numel() else ratio.new_zeros(())
+    return PolicyLossStats(
+        clip_fraction=masked_mean((clip_active | dual_active).to(ratio.dtype), mask),
+        approx_kl=masked_mean(kl_penalty(old_log_probs, log_probs, estimator="k3"), mask),
+        ratio_mean=masked_mean(ratio, mask),
+        ratio_max=ratio_max,
+        dual_clip_fraction=masked_mean(dual_active.to(ratio.dtype), mask),
+    )
 
 
 def clipped_value_loss(

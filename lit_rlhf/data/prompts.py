@@ -44,8 +44,11 @@ class PromptDataModule(LightningDataModule):
             ``self.tokenizer`` to the model.
         train: the training prompt source, e.g. ``CountdownPrompts`` or ``FilePrompts``.
         val: an optional validation prompt source.
+        test: an optional test prompt source (``lit-rlhf test``); ``None`` tests on ``val``.
+            With neither, ``test_dataloader`` raises.
         batch_size: prompts per training batch (before sampling G responses each).
         val_batch_size: prompts per validation batch; ``None`` uses ``batch_size``.
+        test_batch_size: prompts per test batch; ``None`` uses the validation batch size.
         max_prompt_length: prompts longer than this many tokens are dropped (with a warning).
         system_prompt: a system message put before each question.
         use_chat_template: render prompts with the tokenizer's chat template (and open the
@@ -63,8 +66,10 @@ class PromptDataModule(LightningDataModule):
         tokenizer: str,
         train: PromptSource,
         val: PromptSource | None = None,
+        test: PromptSource | None = None,
         batch_size: int = 8,
         val_batch_size: int | None = None,
+        test_batch_size: int | None = None,
         max_prompt_length: int = 512,
         system_prompt: str | None = None,
         use_chat_template: bool = True,
@@ -79,13 +84,17 @@ class PromptDataModule(LightningDataModule):
                 raise ValueError(f"{arg} must be >= 1, got {value}")
         if val_batch_size is not None and val_batch_size < 1:
             raise ValueError(f"val_batch_size must be >= 1 or None, got {val_batch_size}")
+        if test_batch_size is not None and test_batch_size < 1:
+            raise ValueError(f"test_batch_size must be >= 1 or None, got {test_batch_size}")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         self.tokenizer = load_tokenizer(tokenizer)
         self.train_source = train
         self.val_source = val
+        self.test_source = test
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
+        self.test_batch_size = test_batch_size or self.val_batch_size
         self.max_prompt_length = max_prompt_length
         self.system_prompt = system_prompt
         self.use_chat_template = use_chat_template and bool(
@@ -97,16 +106,19 @@ class PromptDataModule(LightningDataModule):
         self.num_workers = num_workers
         self.train_data: datasets.Dataset | None = None
         self.val_data: datasets.Dataset | None = None
+        self.test_data: datasets.Dataset | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_data is None and stage in (None, "fit"):
             self.train_data = self._prepare(self.train_source, "train")
-        if (
-            self.val_data is None
-            and self.val_source is not None
-            and stage in (None, "fit", "validate")
-        ):
+        # without a test source, testing runs on the validation prompts
+        needs_val = stage in (None, "fit", "validate") or (
+            stage == "test" and self.test_source is None
+        )
+        if self.val_data is None and self.val_source is not None and needs_val:
             self.val_data = self._prepare(self.val_source, "val")
+        if self.test_data is None and self.test_source is not None and stage in (None, "test"):
+            self.test_data = self._prepare(self.test_source, "test")
 
     def render_prompt(self, question: str) -> str:
         """The prompt text the model sees for one question."""
@@ -134,6 +146,20 @@ class PromptDataModule(LightningDataModule):
         if self.val_source is None:
             return []  # Lightning skips validation for an empty list
         return self._loader(self._require(self.val_data, "val"), self.val_batch_size, None)
+
+    def test_dataloader(self) -> DataLoader:
+        """The test prompts, or the validation prompts when no test source is set."""
+        if self.test_source is not None:
+            data = self._require(self.test_data, "test")
+        elif self.val_source is not None:
+            data = self._require(self.val_data, "val")
+        else:
+            raise ValueError(
+                "PromptDataModule has no test prompts: it was given neither a `test` nor a `val` "
+                "source. Fix: set data.init_args.test (or data.init_args.val) to a prompt "
+                "source, e.g. {class_path: lit_rlhf.data.CountdownPrompts, init_args: {seed: 1}}"
+            )
+        return self._loader(data, self.test_batch_size, None)
 
     def _loader(
         self,

@@ -16,6 +16,7 @@ Tokens are drawn by inverse CDF (:func:`sample_categorical`), not ``torch.multin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -60,6 +61,32 @@ def sample_categorical(probs: Tensor) -> Tensor:
     if bool(zero.any()):
         token = torch.where(zero, probs.argmax(dim=-1, keepdim=True), token)
     return token
+
+
+@dataclass(frozen=True)
+class _Sampling:
+    """How one ``generate`` call picks tokens (fixed for the call)."""
+
+    temperature: float  # 1.0 when greedy
+    greedy: bool
+    eos: Tensor | None  # [E] long, the ids that end a sequence; None: run every step
+    pad_id: int  # written in place of tokens after a sequence's end
+    log_probs: bool  # record the sampled tokens' log-probs
+
+
+@dataclass
+class _DecodeState:
+    """What one ``generate`` call carries from step to step."""
+
+    prompt_len: int  # P
+    mask: Tensor  # [B, S] long: the prompts' mask, then ones for every response slot (S >= P + R)
+    prompt_positions: Tensor  # [B, P] long position ids of the left-padded prompts
+    cache_kwargs: dict[str, Any]  # {the forward's cache keyword: the KV cache}
+    full_mask: bool  # attend through the whole mask every step (static cache)
+    tokens: Tensor  # [B, R] long, sampled tokens; pad after a sequence's end
+    log_probs: Tensor  # [B, R] float, the sampled tokens' log-probs; 0 after a sequence's end
+    finished: Tensor  # [B] bool, True once a sequence has sampled an EOS id
+    next_position: Tensor  # [B, 1] long position id of the next token fed in
 
 
 class DecodeLoopEngine:
@@ -135,11 +162,34 @@ class DecodeLoopEngine:
         greedy: bool = False,
         log_probs: bool = True,
     ) -> GenerationOutput:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        sampling = _Sampling(
+            temperature=1.0 if greedy else self.temperature,
+            greedy=greedy,
+            eos=_eos_ids(tokenizer, input_ids.device),
+            pad_id=pad_id,
+            log_probs=log_probs,
+        )
+        state = self._start(model, input_ids, attention_mask, pad_id)
+        decode = self._decode_forward(model)
+        synced = ranks_in_lockstep(self.synced_gpus)
+        used = self.max_new_tokens
+        with eval_mode(model):
+            logits = self._prefill(model, input_ids, state)
+            for t in range(self.max_new_tokens):
+                token = self._sample_step(logits, state, t, sampling)
+                if t + 1 == self.max_new_tokens or (not synced and bool(state.finished.all())):
+                    used = t + 1
+                    break
+                logits = self._decode_step(decode, token, state, t)
+        return self._finish(state, used, tokenizer, sampling)
+
+    def _start(
+        self, model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pad_id: int
+    ) -> _DecodeState:
+        """Allocate the cache, the whole attention mask and the output buffers of one call."""
         batch, prompt_len = input_ids.shape
         steps = self.max_new_tokens
-        temperature = 1.0 if greedy else self.temperature
-        eos = _eos_ids(tokenizer, input_ids.device)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         # the whole mask up front; step t attends to its first prompt_len + t + 1 columns
         slots = prompt_len + steps
         if self.compile:
@@ -149,58 +199,80 @@ class DecodeLoopEngine:
         mask = torch.ones(batch, slots, dtype=torch.long, device=input_ids.device)
         mask[:, :prompt_len] = attention_mask.long()
         positions = position_ids_from_mask(mask[:, :prompt_len])
-        cache = self._new_cache(model, slots)
-        cache_kwarg = model_cache_kwarg(model)
-        decode = self._decode_forward(model)
-        # a static cache is read through a mask over all its slots (future slots are hidden by
-        # the causal rule), which keeps every decode step's shapes identical
-        full_mask = self.cache == "static"
-        tokens = input_ids.new_full((batch, steps), pad_id)
-        chosen_log_probs = torch.zeros(batch, steps, device=input_ids.device)
-        finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-        synced = ranks_in_lockstep(self.synced_gpus)
-        with eval_mode(model):
-            logits = model(
-                input_ids=input_ids,
-                attention_mask=mask[:, :prompt_len],
-                position_ids=positions,
-                cache_position=torch.arange(prompt_len, device=input_ids.device),
-                **{cache_kwarg: cache},
-                use_cache=True,
-                logits_to_keep=1,
-            ).logits[:, -1]
-            next_position = positions[:, -1:] + 1
-            used = steps
-            for t in range(steps):
-                scaled = logits.float() / temperature
-                if greedy:
-                    token = scaled.argmax(dim=-1, keepdim=True)
-                else:
-                    filtered = filter_logits(scaled, top_k=self.top_k, top_p=self.top_p)
-                    token = sample_categorical(torch.softmax(filtered, dim=-1))
-                token = token.masked_fill(finished[:, None], pad_id)
-                tokens[:, t : t + 1] = token
-                if log_probs:
-                    step = torch.log_softmax(scaled, dim=-1).gather(-1, token).squeeze(-1)
-                    chosen_log_probs[:, t] = step.masked_fill(finished, 0.0)
-                if eos is not None:
-                    finished |= torch.isin(token.squeeze(-1), eos)
-                if t + 1 == steps or (not synced and bool(finished.all())):
-                    used = t + 1
-                    break
-                logits = decode(
-                    input_ids=token,
-                    attention_mask=mask if full_mask else mask[:, : prompt_len + t + 1],
-                    position_ids=next_position,
-                    cache_position=torch.tensor([prompt_len + t], device=input_ids.device),
-                    **{cache_kwarg: cache},
-                    use_cache=True,
-                ).logits[:, -1]
-                next_position = next_position + 1
-        tokens = tokens[:, :used]
+        return _DecodeState(
+            prompt_len=prompt_len,
+            mask=mask,
+            prompt_positions=positions,
+            cache_kwargs={model_cache_kwarg(model): self._new_cache(model, slots)},
+            # a static cache is read through a mask over all its slots (future slots are hidden
+            # by the causal rule), which keeps every decode step's shapes identical
+            full_mask=self.cache == "static",
+            tokens=input_ids.new_full((batch, steps), pad_id),
+            log_probs=torch.zeros(batch, steps, device=input_ids.device),
+            finished=torch.zeros(batch, dtype=torch.bool, device=input_ids.device),
+            next_position=positions[:, -1:] + 1,
+        )
+
+    @staticmethod
+    def _prefill(model: nn.Module, input_ids: Tensor, state: _DecodeState) -> Tensor:
+        """Run the prompts through the model, filling the cache; the last position's logits
+        [B, V] predict the first response token."""
+        prompt_len = state.prompt_len
+        return model(
+            input_ids=input_ids,
+            attention_mask=state.mask[:, :prompt_len],
+            position_ids=state.prompt_positions,
+            cache_position=torch.arange(prompt_len, device=input_ids.device),
+            **state.cache_kwargs,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+
+    def _sample_step(
+        self, logits: Tensor, state: _DecodeState, t: int, sampling: _Sampling
+    ) -> Tensor:
+        """Choose response token ``t`` [B, 1] from ``logits`` [B, V] and record it, its
+        log-prob and whether its sequence has ended; ended sequences get padding."""
+        scaled = logits.float() / sampling.temperature
+        if sampling.greedy:
+            token = scaled.argmax(dim=-1, keepdim=True)
+        else:
+            filtered = filter_logits(scaled, top_k=self.top_k, top_p=self.top_p)
+            token = sample_categorical(torch.softmax(filtered, dim=-1))
+        token = token.masked_fill(state.finished[:, None], sampling.pad_id)
+        state.tokens[:, t : t + 1] = token
+        if sampling.log_probs:
+            step = torch.log_softmax(scaled, dim=-1).gather(-1, token).squeeze(-1)
+            state.log_probs[:, t] = step.masked_fill(state.finished, 0.0)
+        if sampling.eos is not None:
+            state.finished |= torch.isin(token.squeeze(-1), sampling.eos)
+        return token
+
+    @staticmethod
+    def _decode_step(decode: Any, token: Tensor, state: _DecodeState, t: int) -> Tensor:
+        """Feed response token ``t`` [B, 1] through the cached forward; returns the logits
+        [B, V] for token ``t + 1``."""
+        attended = state.prompt_len + t + 1
+        logits = decode(
+            input_ids=token,
+            attention_mask=state.mask if state.full_mask else state.mask[:, :attended],
+            position_ids=state.next_position,
+            cache_position=torch.tensor([state.prompt_len + t], device=token.device),
+            **state.cache_kwargs,
+            use_cache=True,
+        ).logits[:, -1]
+        state.next_position = state.next_position + 1
+        return logits
+
+    @staticmethod
+    def _finish(
+        state: _DecodeState, used: int, tokenizer: Any, sampling: _Sampling
+    ) -> GenerationOutput:
+        """Cut the buffers to the ``used`` steps and mask each response after its first EOS."""
+        tokens = state.tokens[:, :used]
         response_mask = response_mask_from_eos(tokens, tokenizer.eos_token_id)
-        chosen = chosen_log_probs[:, :used] if log_probs else None
-        return finish_output(tokens, response_mask, chosen, pad_id)
+        chosen = state.log_probs[:, :used] if sampling.log_probs else None
+        return finish_output(tokens, response_mask, chosen, sampling.pad_id)
 
     def sync_weights(self, model: nn.Module) -> None:
         """Nothing to do: generation runs on the training weights themselves."""

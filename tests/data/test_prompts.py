@@ -165,3 +165,68 @@ def test_trainer_sets_the_epoch_and_skips_missing_validation(tiny_model_dir: str
         for e in (0, 1)
     ]
     assert [model.epochs[0], model.epochs[1]] == expected
+
+
+def test_test_loader_serves_the_test_source(tiny_model_dir: str, gsm8k_file: str) -> None:
+    module = PromptDataModule(
+        tiny_model_dir,
+        FilePrompts(gsm8k_file),
+        val=FilePrompts(gsm8k_file, split="train[:1]"),
+        test=FilePrompts(gsm8k_file),
+        val_batch_size=1,
+        test_batch_size=2,
+    )
+    module.setup("test")
+    assert module.train_data is None and module.val_data is None  # only the test prompts load
+    (batch,) = list(module.test_dataloader())
+    assert batch["input_ids"].shape[0] == 2 and batch["task"] == ["math", "math"]
+
+
+def test_test_loader_falls_back_to_val(tiny_model_dir: str, gsm8k_file: str) -> None:
+    module = PromptDataModule(
+        tiny_model_dir,
+        CountdownPrompts(num_examples=4),
+        val=FilePrompts(gsm8k_file),
+        batch_size=4,
+        val_batch_size=1,
+    )
+    assert module.test_batch_size == 1  # None follows val_batch_size
+    module.setup("test")
+    assert module.train_data is None
+    batches = list(module.test_dataloader())
+    assert [row["question"] for batch in batches for row in batch["row"]] == QUESTIONS
+
+
+def test_test_loader_without_test_or_val_says_the_fix(tiny_model_dir: str) -> None:
+    module = PromptDataModule(tiny_model_dir, CountdownPrompts(num_examples=4))
+    module.setup("test")
+    with pytest.raises(ValueError, match=r"neither a `test` nor a `val`.*data\.init_args\.test"):
+        module.test_dataloader()
+    with pytest.raises(ValueError, match="test_batch_size must be >= 1"):
+        PromptDataModule(tiny_model_dir, CountdownPrompts(num_examples=4), test_batch_size=0)
+
+
+class EvaluatedIdsModule(LightningModule):
+    """Records the query ids ``trainer.test`` feeds it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tested: list[str] = []
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self.tested.extend(batch["query_id"])
+
+
+def test_trainer_test_runs_on_the_test_prompts(tiny_model_dir: str) -> None:
+    data = PromptDataModule(
+        tiny_model_dir,
+        CountdownPrompts(num_examples=6),
+        test=CountdownPrompts(num_examples=3, seed=7),
+        batch_size=4,
+    )
+    model = EvaluatedIdsModule()
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's note on DataLoader workers
+        trainer.test(model, data)
+    assert model.tested == [f"countdown-7-{i}" for i in range(3)]  # in order, not shuffled

@@ -84,6 +84,7 @@ def test_zero2_save_and_resume_continue_like_one_uninterrupted_process(single_pr
 @pytest.mark.parametrize("fragment", ["cpu_deepspeed_zero2", "cpu_deepspeed_zero3", "ddp"])
 def test_trainer_fragment_runs_on_two_processes(fragment, tiny_model_dir, tmp_path):
     # the tiny Countdown config with HF generate: sampled responses of different lengths per
-    # rank (ZeRO-3: generation in lock-step, synced_gpus), validation, MetricsPlot at fit end
+    # rank (ZeRO-3: generation in lock-step, synced_gpus), validation (MetricsPlot writes nothing
+    # under fast_dev_run)
     output = fit_with_fragment(fragment, tmp_path)
     assert "MEMBER: 2/2" in output

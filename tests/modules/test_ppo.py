@@ -4,8 +4,8 @@ import torch
 
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.modules import PPOModule
-from lit_rlhf.training import PPOSettings, PPOUpdate
 from lit_rlhf.rollout import DecodeLoopEngine, HFGenerationEngine
+from lit_rlhf.training import PPOSettings, PPOUpdate
 from tests.helpers import ConstantReward, prompt_loader, quiet_trainer
 
 PROMPTS = [f"Using the numbers [{i}, {i + 3}]" for i in range(16)]

@@ -45,7 +45,7 @@ def test_reward_terms_sum_and_report():
     extra, stats = reward_terms(Trainer(PlusOne(), Abstains(), PlusOne()), None, context([0.0, 1]))
     assert extra.tolist() == [2.0, 2.0]  # two PlusOne terms, the abstaining one adds nothing
     assert stats == {"PlusOne/n": torch.tensor(2.0)}
-    with pytest.raises(ValueError, match="WrongShape.reward_term returned shape \\(3,\\)"):
+    with pytest.raises(ValueError, match=r"WrongShape.reward_term returned shape \(3,\)"):
         reward_terms(Trainer(WrongShape()), None, context([0.0, 1.0]))
 
 
@@ -105,7 +105,9 @@ class Holder(nn.Module):
 
 def test_frozen_modules_are_dropped_on_save_and_put_back_on_load():
     holder = Holder()
-    assert not holder.frozen.training and not any(p.requires_grad for p in holder.frozen.parameters())
+    assert not holder.frozen.training and not any(
+        p.requires_grad for p in holder.frozen.parameters()
+    )
     helper = FrozenModules("frozen", "absent")
     checkpoint = {"state_dict": holder.state_dict()}
     helper.drop(checkpoint)

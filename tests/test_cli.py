@@ -1,0 +1,52 @@
+"""The CLI's links: ``data.tokenizer`` reaches modules that take a ``tokenizer`` and skips those
+that do not (jsonargparse ignores an instantiation link whose target is not among the chosen
+class's init args)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lit_rlhf.cli import cli_main
+from lit_rlhf.data import PromptDataModule
+from lit_rlhf.modules import PPOModule
+from tests.cli_fixtures import NoTokenizerModule
+
+TRAIN = {"class_path": "lit_rlhf.data.CountdownPrompts", "init_args": {"num_examples": 8}}
+DATA = [
+    "--data=lit_rlhf.data.PromptDataModule",
+    "--data.tokenizer=builtin:tiny-llama",
+    "--data.batch_size=2",
+    f"--data.train={json.dumps(TRAIN)}",
+]
+
+
+def test_module_without_a_tokenizer_parameter_trains(tmp_path: Path) -> None:
+    cli = cli_main(
+        [
+            "fit",
+            "--model=tests.cli_fixtures.NoTokenizerModule",
+            "--model.lr=0.2",
+            *DATA,
+            "--trainer.fast_dev_run=true",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert isinstance(cli.model, NoTokenizerModule) and cli.model.lr == 0.2
+    assert isinstance(cli.datamodule, PromptDataModule)
+    assert cli.trainer.state.finished and cli.model.batches_seen == 1
+
+
+def test_ppo_module_gets_the_datamodules_tokenizer_object(tmp_path: Path) -> None:
+    cli = cli_main(
+        [
+            "--model=lit_rlhf.modules.PPOModule",
+            "--model.reward=lit_rlhf.rewards.CountdownReward",
+            *DATA,
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    assert isinstance(cli.model, PPOModule)
+    assert cli.model.tokenizer is cli.datamodule.tokenizer
