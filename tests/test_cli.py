@@ -11,6 +11,7 @@ from lit_rlhf.cli import cli_main
 from lit_rlhf.data import PromptDataModule
 from lit_rlhf.modules import PPOModule
 from tests.cli_fixtures import NoTokenizerModule
+from tests.distributed.launch import run_python
 
 TRAIN = {"class_path": "lit_rlhf.data.CountdownPrompts", "init_args": {"num_examples": 8}}
 DATA = [
@@ -50,3 +51,19 @@ def test_ppo_module_gets_the_datamodules_tokenizer_object(tmp_path: Path) -> Non
     )
     assert isinstance(cli.model, PPOModule)
     assert cli.model.tokenizer is cli.datamodule.tokenizer
+
+
+def test_lit_rlhf_test_prints_test_metrics(tmp_path: Path) -> None:
+    # the tiny config has no test source: the test loop runs on its validation prompts
+    output = run_python(
+        "-m",
+        "lit_rlhf.cli",
+        "test",
+        "--config",
+        "configs/ppo/countdown_tiny.yaml",
+        f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+    )
+    assert "Test metric" in output
+    for key in ("test/pass@1", "test/reward"):
+        assert key in output, output[-2000:]
