@@ -122,7 +122,11 @@ class PPOUpdate:
         )
         self._record("ppo/policy_loss", aggregate_loss(pg, mask, mode=s.loss_agg))
         if self.critic is not None:
-            values = self._values(fwd.hidden, ids, attn, mask.shape[1], value_head)
+            values = (
+                self.critic(fwd.hidden).float()
+                if value_head
+                else critic_values(self.critic, ids, attn, mask.shape[1])
+            )
             loss = loss + self._value_loss(values, micro, rcols, mask, mb)
         self._check_finite(loss)
         self._record("ppo/entropy", ctx.full_vocab_means()["entropy"])
@@ -146,14 +150,6 @@ class PPOUpdate:
         kl = kl_penalty(log_probs, ref[micro][:, rcols], estimator=self.settings.kl_estimator)
         self._record("ppo/kl_loss", masked_mean(kl, mask))
         return self.kl_coef * kl
-
-    def _values(
-        self, hidden: Tensor | None, ids: Tensor, attn: Tensor, r: int, value_head: bool
-    ) -> Tensor:
-        assert self.critic is not None
-        if value_head:
-            return self.critic(hidden).float()
-        return critic_values(self.critic, ids, attn, r)
 
     def _value_loss(
         self, values: Tensor, micro: Tensor, rcols: slice, mask: Tensor, mb: MicroBatch
