@@ -1,6 +1,8 @@
 """Reusable Lightning callbacks (import path ``lit_rlhf.callbacks``).
 
 - :class:`AdaptiveKL`: the adaptive KL coefficient rule, checkpointed.
+- :class:`ConsistencyAnswerReward`, :class:`CritiqueConsistencyReward`: ConsistRM's label-free
+  rewards for a generative reward model (reward terms).
 - :class:`MetricsPlot`: PNG of logged metrics per step at the end of fit.
 - :class:`TrustRegionEntropy` (TRE), :class:`EntropyBonus`, :class:`ForkingTokens`,
   :class:`KLCov`: exploration terms added to the policy loss.
@@ -12,6 +14,7 @@
 """
 
 from lit_rlhf.callbacks.adaptive_kl import AdaptiveKL
+from lit_rlhf.callbacks.consistency import ConsistencyAnswerReward, CritiqueConsistencyReward
 from lit_rlhf.callbacks.exploration import EntropyBonus, ForkingTokens, KLCov, TrustRegionEntropy
 from lit_rlhf.callbacks.reward_plot import MetricsPlot
 from lit_rlhf.training.protocols import (
@@ -27,6 +30,8 @@ from lit_rlhf.training.protocols import (
 
 __all__ = [
     "AdaptiveKL",
+    "ConsistencyAnswerReward",
+    "CritiqueConsistencyReward",
     "EntropyBonus",
     "ForkingTokens",
     "GradientHook",

@@ -61,4 +61,7 @@ def test_gpu_config_parses(path, capsys):
         cli_main(["fit", "--config", str(path), "--print_config"])
     assert exit_info.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["model"]["class_path"] == "lit_rlhf.modules.PPOModule"
+    assert printed["model"]["class_path"] in (
+        "lit_rlhf.modules.PPOModule",
+        "lit_rlhf.modules.GenerativeRewardModule",
+    )

@@ -1,11 +1,14 @@
 """Pure tensor math of RL fine-tuning: masking, advantages, KL, PPO losses, entropy,
-trust-region entropy and the exploration baselines it is compared with.
+trust-region entropy and the exploration baselines it is compared with; reading a generative
+judge's verdict and ConsistRM's label-free consistency rewards.
 
-Depends on torch only (no Lightning, no transformers), so it can be reused or tested anywhere.
+Depends on torch and the standard library only (no Lightning, no transformers), so it can be
+reused or tested anywhere.
 Mask convention: bool, True = the token counts.
 """
 
 from lit_rlhf.algos.advantages import gae, group_advantages, rloo_advantages, token_level_rewards
+from lit_rlhf.algos.consistency import answer_rewards, critique_bonus, pseudo_label, update_memory
 from lit_rlhf.algos.entropy import entropy_and_top1, entropy_from_logits, token_log_probs
 from lit_rlhf.algos.exploration import (
     CoefficientSchedule,
@@ -14,6 +17,7 @@ from lit_rlhf.algos.exploration import (
     kl_cov_penalty,
     kl_cov_selection,
 )
+from lit_rlhf.algos.judge import critique_text, judge_format_ok, judge_verdict, parse_verdict
 from lit_rlhf.algos.kl import AdaptiveKLController, KLEstimator, kl_penalty
 from lit_rlhf.algos.masking import masked_mean, masked_sum, masked_var, masked_whiten
 from lit_rlhf.algos.ppo_losses import (
@@ -37,14 +41,19 @@ __all__ = [
     "TrustRegionMode",
     "ValueLossStats",
     "aggregate_loss",
+    "answer_rewards",
     "clipped_policy_loss",
     "clipped_value_loss",
+    "critique_bonus",
+    "critique_text",
     "entropy_and_top1",
     "entropy_from_logits",
     "explained_variance",
     "forking_token_mask",
     "gae",
     "group_advantages",
+    "judge_format_ok",
+    "judge_verdict",
     "kl_cov_penalty",
     "kl_cov_selection",
     "kl_penalty",
@@ -52,8 +61,11 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "parse_verdict",
+    "pseudo_label",
     "rloo_advantages",
     "token_level_rewards",
     "token_log_probs",
     "trust_region_entropy",
+    "update_memory",
 ]

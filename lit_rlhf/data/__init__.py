@@ -1,15 +1,23 @@
-"""Data: prompt sources (Countdown, local files, hub datasets) and the prompt data module."""
+"""Data: prompt sources (Countdown, local files, hub datasets), preference-pair sources for
+generative reward models, judge templates, and the prompt data module."""
 
 from lit_rlhf.data.countdown import countdown_question, generate_countdown
+from lit_rlhf.data.judge_templates import JUDGE_TEMPLATES, render_judge_prompt
+from lit_rlhf.data.pairs import PreferencePairs
 from lit_rlhf.data.prompts import PromptDataModule, collate_prompts
 from lit_rlhf.data.sources import CountdownPrompts, FilePrompts, PromptSource
+from lit_rlhf.data.synthetic_pairs import SyntheticPairs
 
 __all__ = [
+    "JUDGE_TEMPLATES",
     "CountdownPrompts",
     "FilePrompts",
+    "PreferencePairs",
     "PromptDataModule",
     "PromptSource",
+    "SyntheticPairs",
     "collate_prompts",
     "countdown_question",
     "generate_countdown",
+    "render_judge_prompt",
 ]

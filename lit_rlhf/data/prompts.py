@@ -44,7 +44,8 @@ class PromptDataModule(LightningDataModule):
             ``self.tokenizer`` to the model.
         train: the training prompt source, e.g. ``CountdownPrompts`` or ``FilePrompts``.
         val: an optional validation prompt source.
-        test: an optional test prompt source (``lit-rlhf test``); ``None`` tests on ``val``.
+        test: an optional test prompt source (``lit-rlhf test`` and ``predict``); ``None``
+            tests on ``val``.
             With neither, ``test_dataloader`` raises.
         batch_size: prompts per training batch (before sampling G responses each).
         val_batch_size: prompts per validation batch; ``None`` uses ``batch_size``.
@@ -111,13 +112,12 @@ class PromptDataModule(LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_data is None and stage in (None, "fit"):
             self.train_data = self._prepare(self.train_source, "train")
-        # without a test source, testing runs on the validation prompts
-        needs_val = stage in (None, "fit", "validate") or (
-            stage == "test" and self.test_source is None
-        )
+        # without a test source, testing (and predicting) runs on the validation prompts
+        evaluates = stage in (None, "test", "predict")
+        needs_val = stage in (None, "fit", "validate") or (evaluates and self.test_source is None)
         if self.val_data is None and self.val_source is not None and needs_val:
             self.val_data = self._prepare(self.val_source, "val")
-        if self.test_data is None and self.test_source is not None and stage in (None, "test"):
+        if self.test_data is None and self.test_source is not None and evaluates:
             self.test_data = self._prepare(self.test_source, "test")
 
     def render_prompt(self, question: str) -> str:
@@ -160,6 +160,10 @@ class PromptDataModule(LightningDataModule):
                 "source, e.g. {class_path: lit_rlhf.data.CountdownPrompts, init_args: {seed: 1}}"
             )
         return self._loader(data, self.test_batch_size, None)
+
+    def predict_dataloader(self) -> DataLoader:
+        """``lit-rlhf predict`` and ``Trainer.predict`` run on the test prompts (see above)."""
+        return self.test_dataloader()
 
     def _loader(
         self,

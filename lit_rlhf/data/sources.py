@@ -159,32 +159,7 @@ class FilePrompts:
         return datasets.Dataset.from_list(rows)
 
     def _load_raw(self) -> datasets.Dataset:
-        local = Path(self.path).expanduser()
-        if local.is_dir():
-            return datasets.load_dataset(str(local), self.name, split=self.split)
-        if local.suffix in _FILE_BUILDERS:
-            if not local.is_file():
-                raise FileNotFoundError(
-                    f"{self.path}: no such file. Fix: check the path (relative paths start at "
-                    f"{os.getcwd()})."
-                )
-            split_name = self.split.split("[", 1)[0]  # one file = one split; keep the slice
-            return datasets.load_dataset(
-                _FILE_BUILDERS[local.suffix],
-                data_files={split_name: str(local)},
-                split=self.split,
-            )
-        try:
-            return datasets.load_dataset(self.path, self.name, split=self.split)
-        except OSError as err:  # ConnectionError and DatasetNotFoundError are both OSErrors
-            raise OSError(
-                f"could not load {self.path!r}: it is not a local file or folder, and loading it "
-                f"from the Hugging Face Hub failed (offline or unreachable, or no such dataset; "
-                f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}): {err}. Fix: download "
-                f"it where the hub is reachable, e.g. `datasets.load_dataset({self.path!r}, "
-                f"{self.name!r}, split={self.split!r}).to_json('prompts.jsonl')`, and pass the "
-                f"local file as path= (supported: {', '.join(_FILE_BUILDERS)} or a folder)."
-            ) from err
+        return _load_table(self.path, self.name, self.split)
 
     def _check_columns(self, columns: list[str]) -> None:
         for arg, field in (
@@ -249,3 +224,34 @@ def _check_template(template: str) -> None:
             "the fields after the row's columns, e.g. '{question}', and write literal braces "
             "as {{ and }}."
         )
+
+
+def _load_table(path: str, name: str | None, split: str) -> datasets.Dataset:
+    """A split of a local file/folder or a hub dataset (``name``: its configuration), with
+    errors that say how to fix a missing file or an unreachable hub."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        return datasets.load_dataset(str(local), name, split=split)
+    if local.suffix in _FILE_BUILDERS:
+        if not local.is_file():
+            raise FileNotFoundError(
+                f"{path}: no such file. Fix: check the path (relative paths start at "
+                f"{os.getcwd()})."
+            )
+        split_name = split.split("[", 1)[0]  # one file = one split; keep the slice
+        return datasets.load_dataset(
+            _FILE_BUILDERS[local.suffix],
+            data_files={split_name: str(local)},
+            split=split,
+        )
+    try:
+        return datasets.load_dataset(path, name, split=split)
+    except OSError as err:  # ConnectionError and DatasetNotFoundError are both OSErrors
+        raise OSError(
+            f"could not load {path!r}: it is not a local file or folder, and loading it "
+            f"from the Hugging Face Hub failed (offline or unreachable, or no such dataset; "
+            f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}): {err}. Fix: download "
+            f"it where the hub is reachable, e.g. `datasets.load_dataset({path!r}, "
+            f"{name!r}, split={split!r}).to_json('prompts.jsonl')`, and pass the "
+            f"local file as path= (supported: {', '.join(_FILE_BUILDERS)} or a folder)."
+        ) from err

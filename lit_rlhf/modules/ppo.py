@@ -10,7 +10,6 @@ References: PPO (arXiv 1707.06347), PPO for LMs (Ziegler et al., arXiv 1909.0859
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -18,23 +17,16 @@ from lightning import LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from lit_rlhf.algos import explained_variance, kl_penalty
-from lit_rlhf.models import CriticModel, ValueHead, load_causal_lm, load_tokenizer
+from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine
-from lit_rlhf.strategies import transformers_zero3_context
 from lit_rlhf.training import (
-    FrozenModules,
-    OptimizerStep,
+    PolicyStep,
     PPOSettings,
-    PPOUpdate,
     RolloutCollector,
-    build_experience,
-    freeze,
-    minibatches,
-    policy_loss_terms,
+    build_policy_networks,
 )
 from lit_rlhf.types import Experience, Rollout
 
@@ -128,15 +120,13 @@ class PPOModule(LightningModule):
         self.engine: GenerationEngine = engine or HFGenerationEngine()
         self.rollouts = RolloutCollector(self.engine, reward)
         self.reward_fn = reward
-        self.step_optimizer = OptimizerStep(max_grad_norm=max_grad_norm, norm_key="ppo/grad_norm")
-        self.frozen = FrozenModules("ref_policy")
+        self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it
         self.rollout_step = 0
         self.policy: Any = None
         self.critic: Any = None
         self.ref_policy: Any = None
-        self._shuffle = torch.Generator().manual_seed(seed)
         self.val_reward, self.val_pass = MeanMetric(), MeanMetric()
         self.test_reward, self.test_pass = MeanMetric(), MeanMetric()
 
@@ -147,30 +137,24 @@ class PPOModule(LightningModule):
 
     # ----------------------------------------------------------------- setup
     def configure_model(self) -> None:
+        hp = self.hp
         strategy = self._trainer.strategy if self._trainer is not None else None
         # under DeepSpeed, clipping is DeepSpeed's own (Lightning's clip_gradients is a no-op)
-        self.step_optimizer.configure(strategy)
+        self.rl.step_optimizer.configure(strategy)
         if self.policy is not None:
             return
         if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(self.hp.model)
-        with transformers_zero3_context(strategy):  # ZeRO-3: load into partitioned parameters
-            self._build_networks()
-
-    def _build_networks(self) -> None:
-        hp = self.hp
-        self.policy = load_causal_lm(hp.model, dtype=hp.dtype)
-        if hp.gradient_checkpointing:
-            self.policy.gradient_checkpointing_enable()
-        if hp.advantage == "gae":
-            if hp.critic == "value_head":
-                self.critic = ValueHead(self.policy.config.hidden_size)
-            else:
-                self.critic = CriticModel.from_pretrained(
-                    hp.critic_model or hp.model, dtype=hp.dtype
-                )
-        if self.kl_coef > 0:
-            self.ref_policy = freeze(load_causal_lm(hp.model, dtype=hp.dtype))
+            self.tokenizer = load_tokenizer(hp.model)
+        nets = build_policy_networks(
+            hp.model,
+            strategy=strategy,
+            dtype=hp.dtype,
+            critic=hp.critic if hp.advantage == "gae" else None,
+            critic_model=hp.critic_model,
+            reference=self.kl_coef > 0,
+            gradient_checkpointing=hp.gradient_checkpointing,
+        )
+        self.policy, self.critic, self.ref_policy = nets.policy, nets.critic, nets.ref_policy
 
     def configure_optimizers(self) -> Any:
         hp = self.hp
@@ -188,97 +172,20 @@ class PPOModule(LightningModule):
         return self.log_step(experience, update_stats)
 
     def collect_rollout(self, batch: dict[str, Any]) -> Rollout:
-        """G sampled responses per prompt, scored by the reward and the reward-term callbacks.
-        The engine is asked for the sampled tokens' log-probs only if something reads them
-        (see ``needs_sample_log_probs``)."""
-        g = self.settings.samples_per_prompt
-        return self.rollouts.collect(
-            self.policy,
-            self.tokenizer,
-            batch,
-            samples_per_prompt=g,
-            log_probs=self.needs_sample_log_probs(len(batch["prompt"]) * g),
-            trainer=self.trainer,
-            module=self,
-        )
-
-    def needs_sample_log_probs(self, n: int) -> bool:
-        """Whether the engine's log-probs are read: with several updates per rollout (the ratio's
-        denominator) or a KL penalty in the reward (computed before the update), unless they are
-        recomputed anyway. With one update and the KL in the loss, the update fills
-        ``experience.old_log_probs`` from its own forward (read by ``rollout/kl``, the KL
-        controller)."""
-        if self.settings.recompute_old_log_probs:
-            return False  # prepare_update computes them with the training forward
-        kl_in_reward = self.kl_coef > 0 and self.settings.kl_in == "reward"
-        return kl_in_reward or not self.settings.single_update(n)
+        """G sampled responses per prompt, scored by the reward and the reward-term callbacks."""
+        return self.rl.collect(self, batch)
 
     def prepare_update(self, rollout: Rollout) -> Experience:
         """Old log-probs, reference log-probs, values and advantages for the whole rollout."""
-        return build_experience(
-            rollout,
-            policy=self.policy,
-            settings=self.settings,
-            temperature=self.engine.temperature,
-            kl_coef=self.kl_coef,
-            critic=self.critic,
-            ref_policy=self.ref_policy,
-            use_current_as_old=self.settings.single_update(len(rollout)),
-        )
+        return self.rl.prepare(self, rollout)
 
     def optimize(self, experience: Experience) -> dict[str, Tensor]:
-        """``ppo_epochs`` passes of clipped updates over mini-batches of the experience; the
-        engine serves the new weights after every optimizer step."""
-        n, settings = len(experience), self.settings
-        opt: Any = self.optimizers()
-        update = PPOUpdate(
-            self.policy,
-            settings,
-            experience,
-            temperature=self.engine.temperature,
-            kl_coef=self.kl_coef,
-            critic=self.critic,
-            loss_terms=partial(policy_loss_terms, self.trainer, self),
-            use_current_as_old=settings.single_update(n),
-            step=self.rollout_step,
-        )
-        for _ in range(settings.ppo_epochs):
-            for idx in minibatches(n, settings.update_size(n), generator=self._shuffle):
-                update.add(self.step_optimizer(self, opt, update.micro_batches(idx), update.loss))
-                self.engine.sync_weights(self.policy)
-        return update.means()
+        """``ppo_epochs`` passes of clipped updates over mini-batches of the experience."""
+        return self.rl.optimize(self, experience)
 
-    def log_step(
-        self, experience: Experience, update_stats: dict[str, Tensor]
-    ) -> dict[str, Tensor]:
-        """Log the rollout's and the update's statistics; returns what callbacks read
-        (``reward``, and ``kl`` with ``num_sequences`` for the adaptive KL controller)."""
-        rollout, n = experience.rollout, len(experience)
-        stats = {**_rollout_stats(rollout), **self._kl_stats(experience), **update_stats}
-        stats["rollout/step"] = torch.tensor(float(self.rollout_step))
-        stats["ppo/kl_coef"] = torch.tensor(self.kl_coef)
-        self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, batch_size=n)
-        self.log("reward", stats["reward/mean"], prog_bar=True, logger=False, batch_size=n)
-        if "rollout/kl" in stats:
-            self.log("kl", stats["rollout/kl"], prog_bar=True, logger=False, batch_size=n)
-        return {
-            "reward": stats["reward/mean"].detach(),
-            "kl": stats.get("rollout/kl", torch.tensor(0.0)),
-            "num_sequences": torch.tensor(n),
-        }
-
-    def _kl_stats(self, experience: Experience) -> dict[str, Tensor]:
-        stats: dict[str, Tensor] = {}
-        mask = experience.rollout.response_mask
-        if experience.ref_log_probs is not None:
-            kl = kl_penalty(experience.old_log_probs, experience.ref_log_probs, estimator="k1")
-            stats["rollout/kl"] = (kl * mask).sum(1).mean()  # per-sequence KL
-        if experience.critic is not None:
-            targets = experience.critic
-            stats["ppo/explained_variance"] = explained_variance(
-                targets.values, targets.returns, mask
-            )
-        return stats
+    def log_step(self, experience: Experience, update_stats: dict[str, Tensor]) -> dict[str, Any]:
+        """Log the step; returns ``reward``, ``kl`` and ``num_sequences`` for callbacks."""
+        return self.rl.log(self, experience, update_stats)
 
     # ----------------------------------------------------- validation / test
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -312,42 +219,15 @@ class PPOModule(LightningModule):
         return (rollout.reward_info[key].float() >= threshold).float()
 
     def close(self) -> None:
-        """Release what the generation engine holds outside PyTorch (a vLLM instance). Called by
-        ``lit-rlhf`` when the run is over; engines without such resources have no ``close``."""
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
+        """Release the generation engine's resources (``lit-rlhf`` calls it after the run)."""
+        self.rl.close()
 
     # ------------------------------------------------------------ checkpoint
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["lit_rlhf"] = {
-            "rollout_step": self.rollout_step,
-            "kl_coef": self.kl_coef,
-            "shuffle_rng": self._shuffle.get_state(),
-        }
-        self.frozen.drop(checkpoint)  # the reference is the starting model, reloaded on start
+        self.rl.save(self, checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.frozen.restore(self, checkpoint)
-        state = checkpoint.get("lit_rlhf", {})
-        self.rollout_step = state.get("rollout_step", 0)
-        self.kl_coef = state.get("kl_coef", self.kl_coef)
-        if "shuffle_rng" in state:
-            self._shuffle.set_state(state["shuffle_rng"])
-
-
-def _rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
-    """Reward (and each part of its info, and the reward terms' diagnostics) and lengths."""
-    scores, mask = rollout.scores, rollout.response_mask
-    stats = {
-        "reward/mean": scores.mean(),
-        "reward/std": scores.std() if len(rollout) > 1 else scores.new_zeros(()),
-        "rollout/response_length": mask.sum(1).float().mean(),
-        "rollout/truncated": mask[:, -1].float().mean(),
-    }
-    stats.update({f"reward/{k}": v.mean() for k, v in rollout.reward_info.items()})
-    stats.update(rollout.term_stats)
-    return stats
+        self.rl.load(self, checkpoint)
 
 
 def _check_module_settings(hparams: Any) -> None:

@@ -7,16 +7,20 @@
 - :class:`RolloutCollector`: generation engine + reward + reward-term callbacks -> a scored
   :class:`~lit_rlhf.types.Rollout`.
 - :func:`build_experience` / :class:`PPOUpdate` / :class:`PPOSettings`: advantages and the
-  clipped policy update, driven by a validated settings record.
+  clipped policy update, driven by a validated settings record; :class:`PolicyStep` runs one
+  rollout -> experience -> updates -> logs cycle on a module's networks, and
+  :func:`build_policy_networks` builds them (policy, critic, frozen reference).
 - The callback protocols (:mod:`lit_rlhf.training.protocols`): loss terms, reward terms and
   gradient hooks, with :class:`Gradients` as the strategy-aware gradient accessor.
 """
 
 from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
-from lit_rlhf.training.experience import build_experience, compute_advantages
+from lit_rlhf.training.experience import build_experience, compute_advantages, experience_stats
 from lit_rlhf.training.frozen import FrozenModules, freeze
 from lit_rlhf.training.gradients import Gradients
+from lit_rlhf.training.networks import PolicyNetworks, build_policy_networks
 from lit_rlhf.training.optimization import OptimizerStep
+from lit_rlhf.training.policy_step import PolicyStep
 from lit_rlhf.training.ppo_update import MicroBatch, PPOUpdate
 from lit_rlhf.training.protocols import (
     GradientHook,
@@ -28,7 +32,7 @@ from lit_rlhf.training.protocols import (
     policy_loss_terms,
     reward_terms,
 )
-from lit_rlhf.training.rollouts import RolloutCollector
+from lit_rlhf.training.rollouts import RolloutCollector, rollout_stats
 from lit_rlhf.training.settings import PPOSettings
 
 __all__ = [
@@ -41,16 +45,21 @@ __all__ = [
     "PPOUpdate",
     "PolicyLossContext",
     "PolicyLossTerm",
+    "PolicyNetworks",
+    "PolicyStep",
     "RewardContext",
     "RewardTerm",
     "RolloutCollector",
     "build_experience",
+    "build_policy_networks",
     "compute_advantages",
     "critic_values",
+    "experience_stats",
     "freeze",
     "gradient_hooks",
     "minibatches",
     "policy_loss_terms",
     "reward_terms",
+    "rollout_stats",
     "trim_columns",
 ]

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlhf.algos import (
+    explained_variance,
     gae,
     group_advantages,
     kl_penalty,
@@ -120,3 +121,17 @@ def _group_advantages(scores: Tensor, group_ids: Tensor, settings: PPOSettings) 
     if settings.advantage == "rloo":
         return rloo_advantages(scores, group_ids)
     raise ValueError(f"unknown advantage {settings.advantage!r}; expected gae, grpo or rloo")
+
+
+def experience_stats(experience: Experience) -> dict[str, Tensor]:
+    """The per-sequence KL of the rollout policy to the reference (``rollout/kl``, k1, when there
+    is a reference) and the critic's explained variance (``ppo/explained_variance``, GAE)."""
+    stats: dict[str, Tensor] = {}
+    mask = experience.rollout.response_mask
+    if experience.ref_log_probs is not None:
+        kl = kl_penalty(experience.old_log_probs, experience.ref_log_probs, estimator="k1")
+        stats["rollout/kl"] = (kl * mask).sum(1).mean()
+    if experience.critic is not None:
+        targets = experience.critic
+        stats["ppo/explained_variance"] = explained_variance(targets.values, targets.returns, mask)
+    return stats

@@ -25,7 +25,8 @@ from lit_rlhf.algos import (
     masked_mean,
 )
 from lit_rlhf.models.forward import forward_response
-from lit_rlhf.training.batching import critic_values, trim_columns
+from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
+from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.protocols import PolicyLossContext
 from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import Experience
@@ -80,6 +81,25 @@ class PPOUpdate:
         self.use_current_as_old = use_current_as_old
         self.step = step
         self.stats: dict[str, list[Tensor]] = defaultdict(list)
+
+    def run(
+        self,
+        module: Any,
+        optimizer: Any,
+        step: OptimizerStep,
+        *,
+        generator: torch.Generator,
+        after_step: Callable[[], None] = lambda: None,
+    ) -> dict[str, Tensor]:
+        """``settings.ppo_epochs`` passes over shuffled mini-batches of the experience, one
+        ``step`` (an :class:`OptimizerStep`) each, then ``after_step`` (e.g. the engine's weight
+        sync); returns the mean of every recorded diagnostic."""
+        n = len(self.experience)
+        for _ in range(self.settings.ppo_epochs):
+            for index in minibatches(n, self.settings.update_size(n), generator=generator):
+                self.add(step(module, optimizer, self.micro_batches(index), self.loss))
+                after_step()
+        return self.means()
 
     def micro_batches(self, index: Tensor) -> list[MicroBatch]:
         """The micro-batches of the mini-batch ``index`` [b] (rows of the experience)."""

@@ -117,6 +117,9 @@ class RewardContext:
     tasks: Sequence[str]  # [B] task / domain labels
     group_ids: Tensor  # [B] long, which prompt of the batch the sample came from
     scores: Tensor  # [B] float32, the injected reward's scores (before any term)
+    # the terms of the callbacks called before this one, by callback class name ([B] each), so
+    # a term may build on another (ConsistRM's critique bonus on its answer reward)
+    terms: dict[str, Tensor] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -129,7 +132,8 @@ class RewardTerm(Protocol):
 def reward_terms(
     trainer: Any, pl_module: Any, ctx: RewardContext
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Sum the [B] terms of every callback implementing :class:`RewardTerm`. Returns (term [B],
+    """Sum the [B] terms of every callback implementing :class:`RewardTerm`, called in the
+    trainer's callback order (each sees the earlier ones in ``ctx.terms``). Returns (term [B],
     diagnostics under ``<callback class name>/<key>``)."""
     total = torch.zeros_like(ctx.scores)
     stats: dict[str, Tensor] = {}
@@ -147,6 +151,7 @@ def reward_terms(
                 "per response"
             )
         total = total + term
+        ctx.terms[name] = term
         stats.update({f"{name}/{k}": torch.as_tensor(v).detach() for k, v in term_stats.items()})
     return total, stats
 

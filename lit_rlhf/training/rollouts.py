@@ -125,3 +125,18 @@ class RolloutCollector:
         )
         extra, rollout.term_stats = reward_terms(trainer, module, ctx)
         rollout.scores = rollout.scores + extra
+
+
+def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
+    """Scalar statistics of a scored rollout: the reward (mean, std, each part of the reward's
+    info, the reward terms' diagnostics) and the response lengths."""
+    scores, mask = rollout.scores, rollout.response_mask
+    stats = {
+        "reward/mean": scores.mean(),
+        "reward/std": scores.std() if len(rollout) > 1 else scores.new_zeros(()),
+        "rollout/response_length": mask.sum(1).float().mean(),
+        "rollout/truncated": mask[:, -1].float().mean(),
+    }
+    stats.update({f"reward/{k}": v.float().mean() for k, v in rollout.reward_info.items()})
+    stats.update(rollout.term_stats)
+    return stats

@@ -1,0 +1,223 @@
+"""ConsistRM's label-free rewards for a generative reward model (arXiv 2604.07484), as reward-term
+callbacks (see :mod:`lit_rlhf.training.protocols`): any module that asks its callbacks for reward
+terms gets them, and they need no gold label.
+
+- :class:`ConsistencyAnswerReward` (temporal consistency): per query, a pseudo-label from the
+  format-valid verdicts of this round plus the query's memory of past pseudo-labels; +1 / -1 per
+  rollout for agreeing / disagreeing, nothing when the pseudo-label is 0. The memory is training
+  state: it is saved in every checkpoint and restored on resume, and under data parallelism every
+  rank applies every rank's updates, so all ranks hold the same memory.
+- :class:`CritiqueConsistencyReward` (semantic consistency): embeds each rollout's critique; the
+  most self-consistent half of the rollouts that agreed with the pseudo-label get a bonus.
+
+Put the answer reward before the critique reward in ``trainer.callbacks``: the critique bonus
+reads the answer reward's terms. Rules and constants: :mod:`lit_rlhf.algos.consistency`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning import Callback
+from torch import Tensor
+from typing_extensions import override
+
+from lit_rlhf.algos.consistency import answer_rewards, critique_bonus, pseudo_label, update_memory
+from lit_rlhf.algos.judge import critique_text, judge_verdict
+from lit_rlhf.models.embedder import MINILM, Pooling, TextEmbedder
+from lit_rlhf.training.protocols import RewardContext
+
+JUDGE_TAGS = ("Criterion", "Analysis", "Result")
+
+
+def _groups(query_ids: Sequence[str]) -> dict[str, list[int]]:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, q in enumerate(query_ids):
+        groups[q].append(i)
+    return groups
+
+
+class ConsistencyAnswerReward(Callback):
+    """Args:
+    cap: memory entries kept per query (METHODS: 20).
+    agree, disagree, unparsable: the answer reward of a rollout whose verdict equals, differs
+        from, or cannot be compared with the pseudo-label (0 for all when it is 0). Unparsable
+        defaults to 0 because the module's format reward already gives such outputs its
+        ``invalid`` score (the authors' code); set -1 to follow the paper's text.
+    initial_memory: optional JSONL of ``{"query_id": ..., "labels": [-1, 1, ...]}`` rows (e.g.
+        the starting model's verdicts) that seeds the memory.
+    tags, subject: the judge output format (see ``JudgeReward``).
+    seed: seeds the eviction tie-break generator (checkpointed).
+    """
+
+    def __init__(
+        self,
+        cap: int = 20,
+        agree: float = 1.0,
+        disagree: float = -1.0,
+        unparsable: float = 0.0,
+        initial_memory: str | None = None,
+        tags: Sequence[str] = JUDGE_TAGS,
+        subject: str = "Response",
+        seed: int = 0,
+    ) -> None:
+        if cap < 1:
+            raise ValueError(f"cap must be >= 1, got {cap}")
+        if agree <= disagree:
+            raise ValueError(f"agree ({agree}) must be above disagree ({disagree})")
+        if initial_memory is not None and not Path(initial_memory).is_file():
+            raise FileNotFoundError(f"initial_memory {initial_memory!r} is not a file")
+        self.cap, self.agree, self.disagree, self.unparsable = cap, agree, disagree, unparsable
+        self.initial_memory, self.tags, self.subject = initial_memory, tuple(tags), subject
+        self.memory: dict[str, list[int]] = {}
+        self.last_pseudo: dict[str, int] = {}
+        self.generator = torch.Generator().manual_seed(seed)
+        self._seeded = False
+
+    @override
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.initial_memory is not None and not self._seeded and not self.memory:
+            self.memory = read_memory(self.initial_memory, cap=self.cap)
+        self._seeded = True
+
+    def reward_term(
+        self, trainer: Any, pl_module: Any, ctx: RewardContext
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        verdicts = [judge_verdict(r, tags=self.tags, subject=self.subject) for r in ctx.responses]
+        term = torch.zeros(len(verdicts))
+        updates: list[tuple[str, int]] = []
+        for query, idx in _groups(ctx.query_ids).items():
+            labels = [verdicts[i] for i in idx]
+            y = pseudo_label(labels, self.memory.get(query, []))
+            term[idx] = answer_rewards(
+                labels, y, agree=self.agree, disagree=self.disagree, unparsable=self.unparsable
+            )
+            updates.append((query, y))
+        stats = self._stats(updates, ctx)
+        for query, y in sorted(_all_ranks(updates)):  # the same order on every rank
+            self.memory[query] = update_memory(
+                self.memory.get(query, []), y, cap=self.cap, generator=self.generator
+            )
+        self.last_pseudo.update(dict(updates))
+        return term.to(ctx.scores.device), stats
+
+    def _stats(self, updates: list[tuple[str, int]], ctx: RewardContext) -> dict[str, Tensor]:
+        labels = {q: y for q, y in updates}
+        supervised = [y != 0 for y in labels.values()]
+        flips = [labels[q] != self.last_pseudo[q] for q in labels if q in self.last_pseudo]
+        stats = {"supervised_fraction": torch.tensor(sum(supervised) / max(1, len(supervised)))}
+        if flips:
+            stats["flip_rate"] = torch.tensor(sum(flips) / len(flips))
+        gold = {q: row.get("label") for q, row in zip(ctx.query_ids, ctx.rows, strict=True)}
+        judged = [(labels[q], g) for q, g in gold.items() if g in (-1, 1) and labels[q] != 0]
+        if judged:  # diagnostic only: gold labels never enter the reward
+            stats["pseudo_label_accuracy"] = torch.tensor(
+                sum(y == g for y, g in judged) / len(judged)
+            )
+        return stats
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "memory": {q: list(m) for q, m in self.memory.items()},
+            "last_pseudo": dict(self.last_pseudo),
+            "generator": self.generator.get_state(),
+        }
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.memory = {q: [int(x) for x in m] for q, m in state_dict["memory"].items()}
+        self.last_pseudo = {q: int(y) for q, y in state_dict["last_pseudo"].items()}
+        self.generator.set_state(state_dict["generator"])
+        self._seeded = True  # a resumed memory is never overwritten by the seed file
+
+
+def read_memory(path: str, *, cap: int) -> dict[str, list[int]]:
+    """Seed memories from a JSONL of ``{"query_id": str, "labels": [int, ...]}`` rows."""
+    memory: dict[str, list[int]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            labels = row.get("labels") if isinstance(row, dict) else None
+            if not isinstance(labels, list) or any(x not in (-1, 0, 1) for x in labels):
+                raise ValueError(
+                    f"{path} line {number}: 'labels' must be a list of -1 / 0 / 1, got {labels!r}"
+                )
+            if "query_id" not in row:
+                raise ValueError(f"{path} line {number}: missing 'query_id'")
+            memory[str(row["query_id"])] = [int(x) for x in labels][-cap:]
+    return memory
+
+
+def _all_ranks(updates: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Every rank's (query, pseudo-label) updates (this rank's alone without a process group)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return updates
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, updates)
+    return [tuple(u) for part in gathered for u in part]
+
+
+class CritiqueConsistencyReward(Callback):
+    """Args:
+    embedder: the encoder of the critiques: ``builtin:all-minilm-l6-v2`` (default, offline),
+        a hub id or folder (the paper: Qwen3-Embedding-4B with ``pooling: last``).
+    pooling, normalize, max_length, batch_size: see :class:`~lit_rlhf.models.TextEmbedder`.
+    bonus: added to the top ceil(n/2) most consistent of the n rollouts with answer reward
+        ``positive``.
+    answer_term: the callback whose terms are the answer rewards.
+    """
+
+    def __init__(
+        self,
+        embedder: str = MINILM,
+        pooling: Pooling = "mean",
+        normalize: bool = True,
+        max_length: int = 256,
+        batch_size: int = 32,
+        bonus: float = 0.1,
+        positive: float = 1.0,
+        answer_term: str = "ConsistencyAnswerReward",
+    ) -> None:
+        if bonus < 0:
+            raise ValueError(f"bonus must be >= 0, got {bonus}")
+        self.embedder = TextEmbedder(embedder, pooling, normalize, max_length, batch_size)
+        self.bonus, self.positive, self.answer_term = bonus, positive, answer_term
+
+    @override
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self.embedder.device = pl_module.device
+
+    def reward_term(
+        self, trainer: Any, pl_module: Any, ctx: RewardContext
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        answers = ctx.terms.get(self.answer_term)
+        if answers is None:
+            raise ValueError(
+                f"CritiqueConsistencyReward reads the answer rewards of {self.answer_term}, which "
+                "has not run before it. Fix: list ConsistencyAnswerReward before "
+                "CritiqueConsistencyReward in trainer.callbacks."
+            )
+        start = time.perf_counter()
+        embeddings = self.embedder([critique_text(r) for r in ctx.responses])
+        seconds = time.perf_counter() - start
+        term, consistency = torch.zeros(len(answers)), torch.ones(len(answers))
+        for idx in _groups(ctx.query_ids).values():
+            term[idx], consistency[idx] = critique_bonus(
+                embeddings[idx], answers[idx].cpu(), bonus=self.bonus, positive=self.positive
+            )
+        stats = {
+            "bonus_fraction": (term > 0).float().mean(),
+            "consistency": consistency.mean(),
+            "embed_seconds": torch.tensor(seconds),
+        }
+        return term.to(ctx.scores.device), stats

@@ -1,0 +1,150 @@
+"""Reading a generative reward model's judgment: the verdict, the format check, the critique.
+
+The judge (ConsistRM, arXiv 2604.07484; ReflectRM, arXiv 2604.07506, same output format) writes
+``<Criterion>..</Criterion><Analysis>..</Analysis><Result>..</Result>``, and the result says
+"Response 1 is better than Response 2" (label -1) or "Response 2 is better than Response 1"
+(label +1). ReflectRM's analysis-preference task says "Critique X is better than Critique Y".
+
+Judge output is untrusted model text: it is read with linear-time regular expressions only, and
+the verdict parser looks at a bounded tail of it, so a long or adversarial output costs little.
+
+Decisions the papers leave open:
+- the verdict is read from the LAST complete ``<Result>..</Result>`` block (judges sometimes
+  restate; text after its ``</Result>``, including a second block cut off by the length limit, is
+  ignored);
+- "X is worse than Y" is accepted as the reverse of "Y is better than X";
+- the block must hold exactly one verdict sentence (an optional trailing period); any other words
+  (hedges, a second verdict, "slightly") make it unparsable, so a policy cannot hedge its way
+  to the reward;
+- tolerated: case, any whitespace (Unicode included, e.g. non-breaking spaces), spaces inside
+  tags (``< /Result >``), markdown emphasis and code marks (``*``, ``_`` and backticks are
+  dropped); not tolerated: numbers other than ASCII 1 and 2 (full-width digits are not
+  NFKC-normalised, nor are "01" or "3" read) or the same number on both sides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Sequence
+
+_EMPHASIS = re.compile(r"[*_`]")
+_WHITESPACE = re.compile(r"\s+")
+_WINNER_LABEL = {"1": -1, "2": 1}
+
+
+def _tag(name: str, *, closing: bool) -> re.Pattern[str]:
+    # re caches compiled patterns, so building them per call is cheap.
+    slash = r"/\s*" if closing else ""
+    return re.compile(rf"<\s*{slash}{re.escape(name)}\s*>", re.IGNORECASE)
+
+
+def _last(pattern: re.Pattern[str], text: str, end: int | None = None) -> re.Match[str] | None:
+    last = deque(pattern.finditer(text, 0, len(text) if end is None else end), maxlen=1)
+    return last[0] if last else None
+
+
+def _verdict_label(result: str, subject: str) -> int | None:
+    sentence = _WHITESPACE.sub(" ", _EMPHASIS.sub("", result)).strip()
+    name = re.escape(_WHITESPACE.sub(" ", subject.strip()))
+    verdict = re.fullmatch(
+        rf"{name} ([0-9]+) is (better|worse) than {name} ([0-9]+)\.?", sentence, re.IGNORECASE
+    )
+    if verdict is None:
+        return None
+    first, relation, second = verdict.groups()
+    if {first, second} != {"1", "2"}:
+        return None
+    winner = first if relation.lower() == "better" else second
+    return _WINNER_LABEL[winner]
+
+
+def parse_verdict(text: str, *, subject: str = "Response", max_chars: int = 4000) -> int | None:
+    """The label of a pairwise judgment (ConsistRM arXiv 2604.07484, sec. 3; ReflectRM
+    arXiv 2604.07506 shares the format).
+
+    Args:
+        text: the judge's whole output (one rollout).
+        subject: what is compared: ``"Response"`` for response preference, ``"Critique"`` for
+            ReflectRM's analysis preference.
+        max_chars: only the last ``max_chars`` characters are scanned (the result comes last),
+            which bounds the work on untrusted text; a block that starts earlier is not found.
+
+    Returns:
+        -1 when the last complete Result block says "<subject> 1 is better than <subject> 2"
+        (or "2 is worse than 1"), +1 for the reverse, None when it is unparsable: no complete
+        block, an empty block, no verdict, two verdicts, other words, or bad numbers.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+    if not subject.strip():
+        raise ValueError("subject must be a non-empty word such as 'Response' or 'Critique'")
+    tail = text[-max_chars:]
+    close = _last(_tag("Result", closing=True), tail)
+    if close is None:
+        return None
+    opening = _last(_tag("Result", closing=False), tail, close.start())
+    if opening is None:
+        return None
+    return _verdict_label(tail[opening.end() : close.start()], subject)
+
+
+def _only(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """The match of ``pattern`` if it occurs exactly once in ``text`` (stops at the second)."""
+    found = None
+    for count, match in enumerate(pattern.finditer(text)):
+        if count == 1:
+            return None
+        found = match
+    return found
+
+
+def judge_format_ok(
+    text: str,
+    *,
+    tags: Sequence[str] = ("Criterion", "Analysis", "Result"),
+    subject: str = "Response",
+) -> bool:
+    """Whether a judgment has the required format (the format term of ConsistRM's reward,
+    arXiv 2604.07484; ReflectRM arXiv 2604.07506 uses ``tags=("Analysis", "Result")``).
+
+    True iff every tag in ``tags`` is opened exactly once and closed exactly once, the blocks come
+    in the given order without overlapping, and :func:`parse_verdict` reads a verdict. Text
+    outside the blocks (e.g. a ``<think>`` section before them) and other tags are allowed.
+
+    Args:
+        text: the judge's whole output.
+        tags: the block names, in their required order (case-insensitive).
+        subject: passed to :func:`parse_verdict`.
+    """
+    position = 0
+    for name in tags:
+        opening = _only(_tag(name, closing=False), text)
+        close = _only(_tag(name, closing=True), text)
+        if opening is None or close is None:
+            return False
+        if opening.start() < position or close.start() < opening.end():
+            return False
+        position = close.end()
+    return parse_verdict(text, subject=subject) is not None
+
+
+def critique_text(text: str) -> str:
+    """The critique a judgment's consistency is measured on (ConsistRM's critique reward,
+    arXiv 2604.07484): everything before the last ``<Result>`` tag, stripped; the whole text,
+    stripped, when there is no such tag."""
+    opening = _last(_tag("Result", closing=False), text)
+    return (text if opening is None else text[: opening.start()]).strip()
+
+
+def judge_verdict(
+    text: str,
+    *,
+    tags: Sequence[str] = ("Criterion", "Analysis", "Result"),
+    subject: str = "Response",
+) -> int | None:
+    """The verdict (-1 / +1) of a well-formed judgment (:func:`judge_format_ok`), None when it is
+    malformed or unparsable: what a judge's reward and its evaluation count."""
+    if not judge_format_ok(text, tags=tags, subject=subject):
+        return None
+    return parse_verdict(text, subject=subject)

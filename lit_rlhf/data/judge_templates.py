@@ -1,0 +1,168 @@
+"""Named, versioned judge-prompt templates for generative reward models.
+
+A template turns (query, response 1, response 2) into the user message of an LLM judge. The
+output format follows ConsistRM (arXiv 2604.07484): ``<Criterion>`` (the criteria for this query),
+``<Analysis>`` (the comparison), then ``<Result>`` holding exactly one of :data:`RESULT_1_BETTER`
+(label -1) or :data:`RESULT_2_BETTER` (label +1), the sentences ``lit_rlhf.algos.judge`` parses.
+The wording is ours; the paper's own prompt is not public in what we could read [inferred].
+
+A template's text never changes once released: a new wording gets a new name (``-v2``), so
+a run's ``template`` column says exactly what the judge saw.
+
+:func:`judge_rows` turns pairs into the rows every pair source yields (columns in
+:mod:`lit_rlhf.data.pairs`), with the order-swap augmentation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+SwapMode = Literal["none", "both", "random"]
+_SWAP_MODES = ("none", "both", "random")
+
+RESULT_1_BETTER = "Response 1 is better than Response 2"
+RESULT_2_BETTER = "Response 2 is better than Response 1"
+
+
+@dataclass(frozen=True)
+class JudgeTemplate:
+    """One judge instruction: ``text`` is a ``str.format`` template over ``{prompt}``,
+    ``{response_1}`` and ``{response_2}`` (literal braces written ``{{ }}``)."""
+
+    name: str
+    description: str
+    text: str
+
+
+_CONSISTRM_V1 = f"""You are an impartial judge. Compare two AI assistant responses to the query \
+below and decide which one is better.
+1. In <Criterion>...</Criterion>, list the criteria that matter most for this particular query \
+(e.g. correctness, helpfulness, harmlessness, clarity), most important first.
+2. In <Analysis>...</Analysis>, evaluate both responses against these criteria and compare them. \
+Do not let the order of the responses or their length sway you.
+3. In <Result>...</Result>, write exactly one of these two sentences:
+{RESULT_1_BETTER}
+{RESULT_2_BETTER}
+
+[Query]
+{{prompt}}
+[End of Query]
+
+[Response 1]
+{{response_1}}
+[End of Response 1]
+
+[Response 2]
+{{response_2}}
+[End of Response 2]"""
+
+_CONSISTRM_V1_SHORT = f"""Which response answers the query better?
+Query: {{prompt}}
+Response 1: {{response_1}}
+Response 2: {{response_2}}
+Answer as <Criterion>...</Criterion><Analysis>...</Analysis><Result>...</Result>, the result \
+being "{RESULT_1_BETTER}" or "{RESULT_2_BETTER}"."""
+
+JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
+    "consistrm-v1": JudgeTemplate(
+        name="consistrm-v1",
+        description="ConsistRM format: criteria, analysis, result; delimited query and responses",
+        text=_CONSISTRM_V1,
+    ),
+    "consistrm-v1-short": JudgeTemplate(
+        name="consistrm-v1-short",
+        description="the same output format in five lines, for tiny CPU models",
+        text=_CONSISTRM_V1_SHORT,
+    ),
+}
+
+
+def judge_template(name: str) -> JudgeTemplate:
+    """The registered template called ``name``; a ValueError listing the names otherwise."""
+    try:
+        return JUDGE_TEMPLATES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown judge template {name!r}; available: {', '.join(JUDGE_TEMPLATES)}. Fix: "
+            "set template= to one of these."
+        ) from None
+
+
+def render_judge_prompt(name: str, *, prompt: str, response_1: str, response_2: str) -> str:
+    """The judge's user message for one ordered pair (the chat template is applied later, by
+    :class:`~lit_rlhf.data.PromptDataModule`). Braces in the texts are kept as they are."""
+    return judge_template(name).text.format(
+        prompt=prompt, response_1=response_1, response_2=response_2
+    )
+
+
+class PreferencePair(NamedTuple):
+    """One pair in its canonical order, before order-swap augmentation."""
+
+    pair_id: str  # stable: the source's id, or a hash of the texts
+    prompt: str  # the query; a multi-turn context rendered as "User: ...\n\nAssistant: ..."
+    response_1: str
+    response_2: str
+    label: int | None  # -1: response 1 better, +1: response 2 better, None: unlabelled
+    subset: str  # the source's category, "" when none
+
+    def reversed_order(self) -> PreferencePair:
+        label = None if self.label is None else -self.label
+        return self._replace(response_1=self.response_2, response_2=self.response_1, label=label)
+
+
+def judge_rows(
+    pairs: Iterable[PreferencePair], *, template: str, swap: SwapMode, seed: int, task: str
+) -> list[dict[str, Any]]:
+    """The rows of ``pairs`` (columns in :mod:`lit_rlhf.data.pairs`) rendered with ``template``,
+    with ``swap`` applied: ``"both"`` puts each pair's swapped copy right after it; ``"random"``
+    flips a pair by a coin seeded by (``seed``, pair id)."""
+    rows = []
+    for pair in pairs:
+        if swap == "both":
+            orders = [False, True]
+        else:
+            orders = [swap == "random" and seeded_coin(seed, pair.pair_id, "swap")]
+        for swapped in orders:
+            shown = pair.reversed_order() if swapped else pair
+            texts = {
+                "query": shown.prompt,
+                "response_1": shown.response_1,
+                "response_2": shown.response_2,
+            }
+            rows.append(
+                {
+                    "query_id": pair.pair_id + ("#swap" if swapped else ""),
+                    "family_id": pair.pair_id,
+                    "task": task,
+                    "question": render_judge_prompt(
+                        template,
+                        prompt=shown.prompt,
+                        response_1=shown.response_1,
+                        response_2=shown.response_2,
+                    ),
+                    **texts,
+                    "label": shown.label,
+                    "subset": shown.subset,
+                    "swapped": swapped,
+                    "template": template,
+                }
+            )
+    return rows
+
+
+def seeded_coin(seed: int, key: str, salt: str) -> bool:
+    """A fair coin determined by (seed, key, salt): independent of row order and slicing."""
+    return hashlib.sha1(f"{salt}/{seed}/{key}".encode()).digest()[0] % 2 == 1
+
+
+def check_pair_options(template: str, swap: str, num_examples: int | None) -> None:
+    """Validates the arguments every pair source shares, at construction (config) time."""
+    judge_template(template)
+    if swap not in _SWAP_MODES:
+        raise ValueError(f"swap must be one of {_SWAP_MODES}, got {swap!r}")
+    if num_examples is not None and num_examples < 1:
+        raise ValueError(f"num_examples must be >= 1 or None, got {num_examples}")

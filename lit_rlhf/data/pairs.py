@@ -1,0 +1,342 @@
+"""Preference pairs for generative reward models (LLM judges that read a query and two responses
+and write a critique and a verdict: ConsistRM arXiv 2604.07484, ReflectRM arXiv 2604.07506).
+
+Pair sources are prompt sources (:class:`~lit_rlhf.data.sources.PromptSource`), so a judge module
+trains from the same :class:`~lit_rlhf.data.PromptDataModule` as PPO. Columns of every row:
+
+- ``query_id`` (str): the pair id, or ``"<pair id>#swap"`` for the order-swapped copy: one id per
+  (pair, order), the key of ConsistRM's per-query memory;
+- ``family_id`` (str): the pair id, shared by both orders;
+- ``task`` (str): ``"judge"`` unless configured;
+- ``question`` (str): the judge instruction (:mod:`lit_rlhf.data.judge_templates`), the user
+  message the data module wraps in the chat template;
+- ``query``, ``response_1``, ``response_2`` (str): the query and the responses as shown;
+- ``label`` (int | None): -1 = response 1 better, +1 = response 2 better, None = unlabelled;
+  swapping the order negates it;
+- ``subset`` (str, ``""`` when none), ``swapped`` (bool), ``template`` (str, the template name).
+
+The raw query is the ``query`` column (files name it ``prompt``): ``PromptDataModule`` gives
+every row a ``prompt`` of its own, the chat-rendered judge prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NamedTuple
+
+import datasets
+
+from lit_rlhf.data.judge_templates import (
+    PreferencePair,
+    SwapMode,
+    check_pair_options,
+    judge_rows,
+    seeded_coin,
+)
+from lit_rlhf.data.sources import _load_table
+
+PairSchema = Literal["pairs", "helpsteer3", "hh_rlhf", "ultrafeedback", "rewardbench"]
+_HH_ASSISTANT = "\n\nAssistant:"
+
+
+class PreferencePairs:
+    """Preference pairs from a local file/folder (``.json``/``.jsonl``/``.parquet``/``.csv``) or
+    a hub dataset, in one of these schemas (fields as on the datasets' cards):
+
+    - ``pairs`` (ours): ``prompt``, ``response_1``, ``response_2`` (str); optional ``label``
+      (-1: response 1 better, 1: response 2 better, null: unlabelled), ``subset``, ``id``.
+    - ``helpsteer3`` (``nvidia/HelpSteer3``, preference): ``context`` (chat turns
+      ``{role, content}``; one turn becomes its text, several ``"User: ..\\n\\nAssistant: .."``),
+      ``response1``, ``response2``, ``overall_preference`` in -3..3 (< 0: response 1 better,
+      > 0: response 2, 0: tie; ties are dropped, or kept unlabelled with ``keep_ties``);
+      ``domain`` becomes ``subset``.
+    - ``hh_rlhf`` (``Anthropic/hh-rlhf``): ``chosen``, ``rejected``, whole transcripts
+      ``"\\n\\nHuman: ..\\n\\nAssistant: .."``; the prompt is their shared text before the last
+      ``"\\n\\nAssistant:"``, the responses their final assistant turns.
+    - ``ultrafeedback`` (``HuggingFaceH4/ultrafeedback_binarized``, splits ``train_prefs`` /
+      ``test_prefs``): ``prompt``; ``chosen``, ``rejected`` as message lists whose last message
+      is the assistant's; id ``prompt_id``.
+    - ``rewardbench`` (``allenai/reward-bench``, split ``filtered``): ``prompt``, ``chosen``,
+      ``rejected``, ``subset``, ``id``.
+
+    Chosen/rejected schemas put the chosen response first or second by a coin seeded by
+    (``seed``, pair id), so labels are balanced and a pair's placement survives slicing.
+
+    Args:
+        path: a local file or folder, or a hub dataset id.
+        split: split with optional slicing (``"train[:1000]"``); a single file is one split.
+        template: the judge template (:data:`~lit_rlhf.data.judge_templates.JUDGE_TEMPLATES`).
+        swap: ``none``; ``both`` (each pair in both orders, 2N rows); ``random`` (each pair's
+            order flipped by a coin seeded by (``seed``, pair id), N rows).
+        seed: seeds the placement and swap coins.
+        num_examples: keep the first this many pairs (before ``swap``, after dropped ties).
+        task: every row's ``task``.
+        id_field: the column used as the pair id; ``None`` uses the schema's id column where a
+            row has one, else ``"{task}-{sha1(prompt, responses in source order)[:12]}"``.
+        keep_ties: keep HelpSteer3 ties (label None) instead of dropping them.
+        skip_malformed: skip malformed rows with a warning instead of raising.
+        name: the hub dataset's configuration name.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        schema: PairSchema = "pairs",
+        split: str = "train",
+        template: str = "consistrm-v1",
+        swap: SwapMode = "none",
+        seed: int = 0,
+        num_examples: int | None = None,
+        task: str = "judge",
+        id_field: str | None = None,
+        keep_ties: bool = False,
+        skip_malformed: bool = False,
+        name: str | None = None,
+    ) -> None:
+        if schema not in _SCHEMAS:
+            raise ValueError(f"unknown schema {schema!r}; available: {', '.join(_SCHEMAS)}")
+        check_pair_options(template, swap, num_examples)
+        self.path, self.schema, self.split, self.name = path, schema, split, name
+        self.template, self.swap, self.seed, self.task = template, swap, seed, task
+        self.num_examples, self.id_field = num_examples, id_field
+        self.keep_ties, self.skip_malformed = keep_ties, skip_malformed
+
+    def load(self) -> datasets.Dataset:
+        raw = _load_table(self.path, self.name, self.split)
+        self._check_columns(raw.column_names)
+        pairs = self._read_pairs(raw)
+        if not pairs:
+            raise ValueError(f"{self.path} (split {self.split!r}): no pairs left to judge")
+        repeats = sum(n - 1 for n in Counter(p.pair_id for p in pairs).values())
+        if repeats:
+            warnings.warn(
+                f"{self.path}: {repeats} pairs repeat an earlier pair id; they share per-query "
+                "memory. Fix: set id_field= to a unique column, or null to hash the texts.",
+                stacklevel=2,
+            )
+        rows = judge_rows(
+            pairs, template=self.template, swap=self.swap, seed=self.seed, task=self.task
+        )
+        return datasets.Dataset.from_list(rows)
+
+    def _check_columns(self, columns: list[str]) -> None:
+        needed = _SCHEMAS[self.schema].columns
+        missing = [c for c in needed if c not in columns]
+        if missing:
+            raise ValueError(
+                f"{self.path}: row 0 has no field {missing[0]!r}, which schema {self.schema!r} "
+                f"needs ({list(needed)}). Fix: set schema= to the data's format "
+                f"({', '.join(_SCHEMAS)}) or rename the columns (columns: {columns})."
+            )
+        if self.id_field is not None and self.id_field not in columns:
+            raise ValueError(
+                f"{self.path}: row 0 has no field {self.id_field!r}. Fix: set id_field= to one "
+                f"of the columns {columns}, or id_field=null."
+            )
+
+    def _read_pairs(self, raw: datasets.Dataset) -> list[PreferencePair]:
+        pairs: list[PreferencePair] = []
+        skipped: list[str] = []
+        ties = 0
+        for index, row in enumerate(raw):
+            if self.num_examples is not None and len(pairs) >= self.num_examples:
+                break
+            try:
+                pair = self._read_pair(row, f"{self.path} (split {self.split!r}), row {index}")
+            except MalformedRow as err:
+                if not self.skip_malformed:
+                    raise
+                skipped.append(str(err))
+                continue
+            if pair is None:
+                ties += 1
+            else:
+                pairs.append(pair)
+        if ties:
+            warnings.warn(
+                f"{self.path}: dropped {ties} tied pairs (overall_preference 0); keep_ties=True "
+                "keeps them unlabelled",
+                stacklevel=3,
+            )
+        if skipped:
+            warnings.warn(
+                f"{self.path}: skipped {len(skipped)} malformed rows, the first: {skipped[0]}",
+                stacklevel=3,
+            )
+        return pairs
+
+    def _read_pair(self, row: Mapping[str, Any], where: str) -> PreferencePair | None:
+        schema = _SCHEMAS[self.schema]
+        prompt, first, second, label, subset = schema.read(row, where)
+        if first.strip() == second.strip():
+            raise MalformedRow(
+                f"{where}: field {schema.columns[-1]!r} is identical to {schema.columns[-2]!r}, "
+                "so the pair has no preference. Fix: remove the row."
+            )
+        if label == 0:  # a tie
+            if not self.keep_ties:
+                return None
+            label = None
+        pair_id = self._pair_id(row, where, schema.id_field, (prompt, first, second))
+        pair = PreferencePair(pair_id, prompt, first, second, label, subset)
+        if schema.chosen_first and seeded_coin(self.seed, pair_id, "place"):
+            pair = pair.reversed_order()
+        return pair
+
+    def _pair_id(
+        self, row: Mapping[str, Any], where: str, default: str | None, texts: tuple[str, ...]
+    ) -> str:
+        if self.id_field is not None:
+            if row[self.id_field] in (None, ""):
+                raise MalformedRow(
+                    f"{where}: field {self.id_field!r} (id_field) is missing or empty. Fix: "
+                    "repair or remove the row, or set id_field=null to hash the texts."
+                )
+            return str(row[self.id_field])
+        if default is not None and row.get(default) not in (None, ""):
+            return str(row[default])
+        return f"{self.task}-{hashlib.sha1(json.dumps(texts).encode()).hexdigest()[:12]}"
+
+
+class MalformedRow(ValueError):
+    """A data row that cannot become a pair; the message names source, row, field and fix."""
+
+
+_Read = tuple[str, str, str, int | None, str]  # prompt, response 1, response 2, label, subset
+
+
+def _text(row: Mapping[str, Any], field: str, where: str) -> str:
+    value = row.get(field)
+    if not isinstance(value, str) or not value.strip():
+        got = "missing/None" if value is None else f"{type(value).__name__} {value!r}"
+        raise MalformedRow(
+            f"{where}: field {field!r} must be a non-empty string, got {got:.100}. Fix: repair "
+            "or remove the row, or choose the schema= that matches the data."
+        )
+    return value
+
+
+def _integer(value: Any) -> int | None:
+    """An int from an int or an integral float (CSV/parquet may store ints as floats)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if math.isfinite(value) and value == int(value) else None
+
+
+def _read_plain(row: Mapping[str, Any], where: str) -> _Read:
+    texts = [_text(row, field, where) for field in ("prompt", "response_1", "response_2")]
+    return texts[0], texts[1], texts[2], _label(row, where), str(row.get("subset") or "")
+
+
+def _label(row: Mapping[str, Any], where: str) -> int | None:
+    value = row.get("label")
+    if value is None or (isinstance(value, float) and math.isnan(value)):  # CSV: empty is NaN
+        return None
+    label = _integer(value)
+    if label not in (-1, 1):
+        raise MalformedRow(
+            f"{where}: field 'label' must be -1 (response 1 better), 1 (response 2 better) or "
+            f"null (unlabelled), got {value!r}. Fix: map a preferred response number p in "
+            "{1, 2} to 2 * p - 3."
+        )
+    return label
+
+
+def _conversation(turns: Any, where: str) -> str:
+    """HelpSteer3's context: one turn as its text, several as "User: ..\n\nAssistant: ..."."""
+    if (
+        not isinstance(turns, list)
+        or not turns
+        or not all(isinstance(t, Mapping) and isinstance(t.get("role"), str) for t in turns)
+    ):
+        raise MalformedRow(
+            f"{where}: field 'context' must be a non-empty list of {{role, content}} chat turns, "
+            f"got {turns!r:.100}. Fix: repair or remove the row."
+        )
+    texts = [_text(t, "content", f"{where}, field 'context' turn {i}") for i, t in enumerate(turns)]
+    if len(turns) == 1:
+        return texts[0]
+    return "\n\n".join(
+        f"{t['role'].capitalize()}: {text}" for t, text in zip(turns, texts, strict=True)
+    )
+
+
+def _read_helpsteer3(row: Mapping[str, Any], where: str) -> _Read:
+    prompt = _conversation(row.get("context"), where)
+    preference = _integer(row.get("overall_preference"))
+    if preference is None or not -3 <= preference <= 3:
+        raise MalformedRow(
+            f"{where}: field 'overall_preference' must be an integer in -3..3, got "
+            f"{row.get('overall_preference')!r}. Fix: repair or remove the row."
+        )
+    label = (preference > 0) - (preference < 0)  # 0 marks a tie
+    responses = _text(row, "response1", where), _text(row, "response2", where)
+    return prompt, *responses, label, str(row.get("domain") or "")
+
+
+def _read_hh_rlhf(row: Mapping[str, Any], where: str) -> _Read:
+    (prompt, chosen), (other, rejected) = (_hh_turns(row, f, where) for f in ("chosen", "rejected"))
+    if other != prompt:
+        raise MalformedRow(
+            f"{where}: field 'rejected' does not share the conversation before its last "
+            "assistant turn with 'chosen'. Fix: remove the row (the two transcripts must differ "
+            "only in the final assistant turn)."
+        )
+    return prompt, chosen, rejected, -1, ""
+
+
+def _hh_turns(row: Mapping[str, Any], field: str, where: str) -> tuple[str, str]:
+    transcript = _text(row, field, where)
+    cut = transcript.rfind(_HH_ASSISTANT)
+    prompt, reply = transcript[:cut].strip(), transcript[cut + len(_HH_ASSISTANT) :].strip()
+    if cut < 0 or not prompt or not reply:
+        raise MalformedRow(
+            f"{where}: field {field!r} must be a transcript '\\n\\nHuman: ...\\n\\nAssistant: "
+            "...' ending in a non-empty assistant turn. Fix: repair or remove the row."
+        )
+    return prompt, reply
+
+
+def _read_ultrafeedback(row: Mapping[str, Any], where: str) -> _Read:
+    replies = []
+    for field in ("chosen", "rejected"):
+        messages = row.get(field)
+        last = messages[-1] if isinstance(messages, list) and messages else None
+        if not isinstance(last, Mapping) or last.get("role") != "assistant":
+            raise MalformedRow(
+                f"{where}: field {field!r} must be a list of {{role, content}} messages ending "
+                f"in the assistant's, got {messages!r:.100}. Fix: repair or remove the row."
+            )
+        replies.append(_text(last, "content", f"{where}, field {field!r} last message"))
+    return _text(row, "prompt", where), replies[0], replies[1], -1, ""
+
+
+def _read_rewardbench(row: Mapping[str, Any], where: str) -> _Read:
+    texts = [_text(row, field, where) for field in ("prompt", "chosen", "rejected")]
+    return texts[0], texts[1], texts[2], -1, str(row.get("subset") or "")
+
+
+class _Schema(NamedTuple):
+    read: Callable[[Mapping[str, Any], str], _Read]
+    columns: tuple[str, ...]  # required; the last two hold the responses (named in messages)
+    id_field: str | None  # the data's own id column, used where a row has one
+
+    @property
+    def chosen_first(self) -> bool:  # (chosen, rejected): placed by a seeded coin
+        return self.columns[-1] == "rejected"
+
+
+_SCHEMAS: dict[str, _Schema] = {
+    "pairs": _Schema(_read_plain, ("prompt", "response_1", "response_2"), "id"),
+    "helpsteer3": _Schema(
+        _read_helpsteer3, ("overall_preference", "context", "response1", "response2"), None
+    ),
+    "hh_rlhf": _Schema(_read_hh_rlhf, ("chosen", "rejected"), None),
+    "ultrafeedback": _Schema(_read_ultrafeedback, ("prompt", "chosen", "rejected"), "prompt_id"),
+    "rewardbench": _Schema(_read_rewardbench, ("prompt", "chosen", "rejected"), "id"),
+}

@@ -1,0 +1,213 @@
+"""A generative reward model (an LLM judge that writes a critique and a verdict on a pair of
+responses), trained with GRPO over judge prompts: RFT against gold labels, or ConsistRM without
+labels (arXiv 2604.07484).
+
+The update is the shared core's (``lit_rlhf.training.PolicyStep``: rollout -> experience ->
+clipped GRPO updates), fed by the same ``PromptDataModule`` with a pair source
+(``PreferencePairs``, ``SyntheticPairs``). ``mode: rft`` scores verdicts against the rows' gold
+labels (``JudgeReward(mode="gold")``); ``mode: consistrm`` scores the format only and takes its
+answer signal from the ConsistRM reward-term callbacks (``ConsistencyAnswerReward``,
+``CritiqueConsistencyReward``), which must be in ``trainer.callbacks``.
+
+Validation / test judge each pair with one greedy sample (``eval_samples: 1``) or the majority of
+N sampled ones, and log accuracy, positional consistency (use a source with ``swap: both``),
+format-valid rate, tie rate and per-subset accuracy. ``predict_step`` returns the verdicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from lightning import LightningModule
+
+from lit_rlhf.algos.judge import judge_verdict
+from lit_rlhf.metrics import JudgeMetrics, majority_verdict
+from lit_rlhf.models import load_tokenizer
+from lit_rlhf.models.loading import Dtype
+from lit_rlhf.rewards.base import RewardFunction
+from lit_rlhf.rewards.judge import JudgeReward, gold_label
+from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.rollout.hf import HFGenerationEngine
+from lit_rlhf.training import (
+    PolicyStep,
+    PPOSettings,
+    RewardTerm,
+    RolloutCollector,
+    build_policy_networks,
+)
+
+JUDGE_TAGS = ("Criterion", "Analysis", "Result")
+
+
+class GenerativeRewardModule(LightningModule):
+    """Args:
+    mode: ``rft`` (gold labels) or ``consistrm`` (label-free; needs the consistency callbacks).
+    model: the judge: hub id, local folder, or ``builtin:<name>``.
+    reward: overrides the default ``JudgeReward`` (gold for rft, format-only for consistrm).
+    engine: generation engine (HF generate by default, the decode loop or vLLM).
+    tokenizer: a tokenizer object; the CLI links the DataModule's.
+    samples_per_prompt: K rollouts per judge prompt (the GRPO group).
+    ppo_epochs, mini_batch_size, micro_batch_size, clip_low, clip_high, loss_agg,
+        scale_by_std: the GRPO update (see ``PPOModule``).
+    kl_coef, kl_estimator: KL to the frozen starting judge, in the loss (0: no reference).
+    lr, weight_decay, max_grad_norm, dtype, gradient_checkpointing: optimisation.
+    eval_samples: judge outputs per pair at validation / test / predict (1: greedy; N > 1:
+        sampled, majority vote).
+    tags, subject: the judge output format (the reward and the evaluation parse it).
+    seed: seeds the mini-batch shuffling.
+    """
+
+    def __init__(
+        self,
+        mode: Literal["rft", "consistrm"] = "rft",
+        model: str = "builtin:tiny-llama",
+        reward: RewardFunction | None = None,
+        engine: GenerationEngine | None = None,
+        tokenizer: Any = None,
+        samples_per_prompt: int = 8,
+        ppo_epochs: int = 1,
+        mini_batch_size: int | None = None,
+        micro_batch_size: int = 8,
+        clip_low: float = 0.2,
+        clip_high: float = 0.2,
+        loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean",
+        scale_by_std: bool = True,
+        kl_coef: float = 0.0,
+        kl_estimator: Literal["k1", "k2", "k3"] = "k3",
+        lr: float = 1e-6,
+        weight_decay: float = 0.0,
+        max_grad_norm: float | None = 1.0,
+        dtype: Dtype = "float32",
+        gradient_checkpointing: bool = False,
+        eval_samples: int = 1,
+        tags: tuple[str, ...] = JUDGE_TAGS,
+        subject: str = "Response",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
+        if mode not in ("rft", "consistrm"):
+            raise ValueError(f"mode must be 'rft' or 'consistrm', got {mode!r}")
+        if lr <= 0 or weight_decay < 0 or kl_coef < 0 or eval_samples < 1:
+            raise ValueError(
+                f"need lr > 0, weight_decay >= 0, kl_coef >= 0, eval_samples >= 1; got {lr}, "
+                f"{weight_decay}, {kl_coef}, {eval_samples}"
+            )
+        self.settings = PPOSettings.from_hparams({**self.hparams, "advantage": "grpo"})
+        self.automatic_optimization = False
+        self.engine: GenerationEngine = engine or HFGenerationEngine()
+        default = JudgeReward(
+            mode="gold" if mode == "rft" else "format", tags=tags, subject=subject
+        )
+        self.rollouts = RolloutCollector(self.engine, reward or default)
+        self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)
+        self.tokenizer = tokenizer
+        self.kl_coef = float(kl_coef)
+        self.rollout_step = 0
+        self.policy: Any = None
+        self.critic: Any = None
+        self.ref_policy: Any = None
+        self.val_metrics, self.test_metrics = JudgeMetrics(), JudgeMetrics()
+
+    @property
+    def hp(self) -> Any:
+        """``self.hparams`` with attribute access typed loosely (it is an AttributeDict)."""
+        return self.hparams
+
+    def configure_model(self) -> None:
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        self.rl.step_optimizer.configure(strategy)
+        if self.policy is not None:
+            return
+        hp = self.hp
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(hp.model)
+        nets = build_policy_networks(
+            hp.model,
+            strategy=strategy,
+            dtype=hp.dtype,
+            reference=self.kl_coef > 0,
+            gradient_checkpointing=hp.gradient_checkpointing,
+        )
+        self.policy, self.ref_policy = nets.policy, nets.ref_policy
+
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+
+    def on_fit_start(self) -> None:
+        terms = [c for c in self.trainer.callbacks if isinstance(c, RewardTerm)]  # type: ignore[attr-defined]
+        if self.hp.mode == "consistrm" and not terms:
+            raise ValueError(
+                "mode='consistrm' takes its answer reward from reward-term callbacks, and the "
+                "trainer has none: the judge would learn the format only. Fix: add "
+                "lit_rlhf.callbacks.ConsistencyAnswerReward (and CritiqueConsistencyReward) to "
+                "trainer.callbacks, or use mode='rft' with gold labels."
+            )
+
+    # ------------------------------------------------------------- training
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        rollout = self.rl.collect(self, batch)  # K judge outputs per pair, scored (+ terms)
+        experience = self.rl.prepare(self, rollout)  # group-normalised advantages
+        update_stats = self.rl.optimize(self, experience)  # clipped GRPO updates
+        self.rollout_step += 1
+        return self.rl.log(self, experience, update_stats)
+
+    # ------------------------------------------------- validation / test / predict
+    def judge(self, batch: dict[str, Any]) -> list[list[int | None]]:
+        """Per pair of the batch, the parsed verdict of each of ``eval_samples`` judge outputs."""
+        n = self.hp.eval_samples
+        rollout = self.rollouts.collect(
+            self.policy, self.tokenizer, batch, samples_per_prompt=n, greedy=n == 1,
+            log_probs=False,
+        )  # fmt: skip
+        verdicts = [
+            judge_verdict(text, tags=self.hp.tags, subject=self.hp.subject)
+            for text in rollout.responses
+        ]
+        return [verdicts[i * n : (i + 1) * n] for i in range(len(batch["prompt"]))]
+
+    def _evaluate(self, batch: dict[str, Any], metrics: JudgeMetrics) -> None:
+        rows = batch["row"]
+        metrics.update(
+            self.judge(batch),
+            [gold_label(row, i) for i, row in enumerate(rows)],
+            [str(row.get("family_id", row["query_id"])) for row in rows],
+            [str(row.get("subset") or "") for row in rows],
+        )
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, self.val_metrics)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, self.test_metrics)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val", self.val_metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test", self.test_metrics)
+
+    def _log_metrics(self, stage: str, metrics: JudgeMetrics) -> None:
+        values = metrics.compute()
+        self.log_dict({f"{stage}/{k}": v for k, v in values.items()}, prog_bar=False)
+        self.log(f"{stage}/acc", values["accuracy"], prog_bar=True, logger=False)
+        metrics.reset()
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, Any]]:
+        return [
+            {"query_id": q, "votes": votes, "verdict": majority_verdict(votes)}
+            for q, votes in zip(batch["query_id"], self.judge(batch), strict=True)
+        ]
+
+    def close(self) -> None:
+        """Release the generation engine's resources (``lit-rlhf`` calls it after the run)."""
+        self.rl.close()
+
+    # ------------------------------------------------------------ checkpoint
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.rl.save(self, checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.rl.load(self, checkpoint)

@@ -1,0 +1,51 @@
+"""The networks of a policy-optimisation module: the policy, an optional critic (GAE) and an
+optional frozen reference (KL), built in ``configure_model`` so that configs instantiate
+cheaply and ZeRO-3 can build them sharded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from lit_rlhf.models import CriticModel, ValueHead, load_causal_lm
+from lit_rlhf.models.loading import Dtype
+from lit_rlhf.strategies import transformers_zero3_context
+from lit_rlhf.training.frozen import freeze
+
+
+@dataclass
+class PolicyNetworks:
+    policy: nn.Module
+    critic: nn.Module | None  # GAE only
+    ref_policy: nn.Module | None  # only with a KL coefficient > 0, frozen
+
+
+def build_policy_networks(
+    model: str,
+    *,
+    strategy: Any = None,
+    dtype: Dtype = "float32",
+    critic: str | None = None,
+    critic_model: str | None = None,
+    reference: bool = False,
+    gradient_checkpointing: bool = False,
+) -> PolicyNetworks:
+    """Load the policy from ``model`` (hub id, folder, ``builtin:``); ``critic``: ``separate``
+    (a value network from ``critic_model`` or ``model``), ``value_head`` (a head on the policy's
+    hidden states) or None; ``reference``: a frozen copy of the starting policy. Under ZeRO-3
+    (``strategy``) the pretrained weights load straight into the partitions."""
+    with transformers_zero3_context(strategy):
+        policy = load_causal_lm(model, dtype=dtype)
+        if gradient_checkpointing:
+            policy.gradient_checkpointing_enable()
+        value: nn.Module | None = None
+        if critic == "value_head":
+            value = ValueHead(policy.config.hidden_size)
+        elif critic == "separate":
+            value = CriticModel.from_pretrained(critic_model or model, dtype=dtype)
+        elif critic is not None:
+            raise ValueError(f"critic must be 'separate', 'value_head' or None, got {critic!r}")
+        ref = freeze(load_causal_lm(model, dtype=dtype)) if reference else None
+    return PolicyNetworks(policy, value, ref)

@@ -1,0 +1,160 @@
+"""ConsistRM's reward-term callbacks with a plain LightningModule written here that adopts the
+reward-term protocol in two lines; the memory survives a resume exactly."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from lit_rlhf.algos import judge_verdict
+from lit_rlhf.callbacks import (
+    ConsistencyAnswerReward,
+    CritiqueConsistencyReward,
+    RewardContext,
+    reward_terms,
+)
+from tests.helpers import quiet_trainer
+
+QUERIES = [f"q{i}" for i in range(6)]
+K = 4
+
+
+def judge_text(verdict: int | None, critique: str = "the analysis") -> str:
+    if verdict is None:
+        return "<Criterion>c</Criterion><Analysis>unfinished"
+    first, second = (1, 2) if verdict == -1 else (2, 1)
+    return (
+        f"<Criterion>correctness</Criterion><Analysis>{critique}</Analysis>"
+        f"<Result>Response {first} is better than Response {second}</Result>"
+    )
+
+
+def outputs_for(query: str, step: int) -> list[str]:
+    """K judge outputs that depend only on (query, step): mostly +1 for even queries."""
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{query}/{step}".encode()))
+    lean = 1 if int(query[1:]) % 2 == 0 else -1
+    draws = torch.rand(K, generator=gen).tolist()
+    return [judge_text(None if d < 0.1 else (lean if d < 0.75 else -lean)) for d in draws]
+
+
+class PlainJudgeTrainer(L.LightningModule):
+    """Scores fixed judge outputs with whatever reward terms the trainer's callbacks add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1))
+        self.rewards: list[list[float]] = []
+
+    def training_step(self, batch, batch_idx):
+        queries = [q for q in batch for _ in range(K)]
+        responses = [t for q in batch for t in outputs_for(q, self.global_step)]
+        n = len(queries)
+        ctx = RewardContext(["p"] * n, responses, [{"label": 1}] * n, queries, ["judge"] * n,
+                            torch.arange(n) // K, torch.zeros(n))  # fmt: skip
+        extra, stats = reward_terms(self.trainer, self, ctx)  # the protocol, line 1
+        scores = ctx.scores + extra  # line 2
+        self.rewards.append(scores.tolist())
+        self.log_dict(stats)
+        return self.w.sum() * 0.0 + scores.mean().detach()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def loader():
+    return DataLoader(QUERIES, batch_size=3, shuffle=False, collate_fn=list)
+
+
+def test_answer_reward_follows_the_pseudo_label_and_fills_the_memory(tmp_path):
+    callback = ConsistencyAnswerReward(cap=3)
+    module = PlainJudgeTrainer()
+    quiet_trainer(tmp_path, max_epochs=4, callbacks=[callback]).fit(module, loader())
+    assert set(callback.memory) == set(QUERIES)
+    assert all(len(m) == 3 for m in callback.memory.values())  # one entry per epoch, capped at 3
+    # the memory is self-reinforcing: once a query has a full memory, s_mem = +-1 outweighs any
+    # online mean in (-1, 1), so the pseudo-label stays, and so does the memory
+    assert all(len(set(m)) == 1 for m in callback.memory.values())
+    # last epoch (steps 6 and 7): +1 for a verdict equal to the memory's label, -1 for the other,
+    # 0 for an unparsable output (the format reward penalises those)
+    for step, batch in ((6, QUERIES[:3]), (7, QUERIES[3:])):
+        expected = []
+        for query in batch:
+            label = callback.memory[query][0]
+            for text in outputs_for(query, step):
+                verdict = judge_verdict(text)
+                expected.append(0.0 if verdict is None else (1.0 if verdict == label else -1.0))
+        assert module.rewards[step] == expected
+
+
+def test_memory_after_resume_equals_the_uninterrupted_run(tmp_path):
+    full_cb, full = ConsistencyAnswerReward(cap=4, seed=3), PlainJudgeTrainer()
+    quiet_trainer(tmp_path / "a", max_epochs=3, callbacks=[full_cb]).fit(full, loader())
+
+    first_cb, first = ConsistencyAnswerReward(cap=4, seed=3), PlainJudgeTrainer()
+    trainer = quiet_trainer(tmp_path / "b", max_epochs=1, callbacks=[first_cb])
+    trainer.fit(first, loader())  # 2 steps (one epoch)
+    ckpt = tmp_path / "mid.ckpt"
+    trainer.save_checkpoint(ckpt)
+    saved = torch.load(ckpt, weights_only=False)["callbacks"]
+    assert any("memory" in state for state in saved.values())
+
+    resumed_cb, resumed = ConsistencyAnswerReward(cap=4, seed=3), PlainJudgeTrainer()
+    quiet_trainer(tmp_path / "c", max_epochs=3, callbacks=[resumed_cb]).fit(
+        resumed, loader(), ckpt_path=ckpt
+    )
+    assert resumed_cb.memory == full_cb.memory
+    assert resumed_cb.last_pseudo == full_cb.last_pseudo
+    assert resumed.rewards == full.rewards[2:]  # steps 3-6: identical rewards
+    assert torch.equal(resumed_cb.generator.get_state(), full_cb.generator.get_state())
+
+
+def test_initial_memory_seeds_and_bad_rows_are_named(tmp_path):
+    good = tmp_path / "seed.jsonl"
+    good.write_text(json.dumps({"query_id": "q1", "labels": [-1, -1, -1, -1, -1]}) + "\n")
+    callback = ConsistencyAnswerReward(initial_memory=str(good), cap=20)
+    quiet_trainer(tmp_path, max_steps=1, callbacks=[callback]).fit(PlainJudgeTrainer(), loader())
+    # q1's outputs lean -1 anyway; the seeded -1s stay and one pseudo-label is appended
+    assert callback.memory["q1"][:5] == [-1] * 5 and len(callback.memory["q1"]) == 6
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query_id": "q1", "labels": [2]}\n')
+    bad_seed = ConsistencyAnswerReward(initial_memory=str(bad))
+    with pytest.raises(ValueError, match=r"bad.jsonl line 1: 'labels' must be a list of -1 / 0"):
+        quiet_trainer(tmp_path, max_steps=1, callbacks=[bad_seed]).fit(
+            PlainJudgeTrainer(), loader()
+        )
+    with pytest.raises(FileNotFoundError, match="is not a file"):
+        ConsistencyAnswerReward(initial_memory=str(tmp_path / "missing.jsonl"))
+
+
+def test_critique_bonus_needs_the_answer_reward_first():
+    ctx = RewardContext(["p"] * 2, [judge_text(1)] * 2, [{}] * 2, ["q", "q"], ["j"] * 2,
+                        torch.zeros(2, dtype=torch.long), torch.zeros(2))  # fmt: skip
+
+    trainer = SimpleNamespace(callbacks=[CritiqueConsistencyReward(embedder="builtin:tiny-llama")])
+    with pytest.raises(ValueError, match="list ConsistencyAnswerReward before"):
+        reward_terms(trainer, None, ctx)
+
+
+def test_critique_bonus_goes_to_half_of_the_agreeing_rollouts():
+    # one query, 4 rollouts: three agree with the +1 majority, one dissents
+    texts = [judge_text(1, "same words here"), judge_text(1, "same words here"),
+             judge_text(1, "totally different critique text"), judge_text(-1, "x")]  # fmt: skip
+    ctx = RewardContext(["p"] * 4, texts, [{}] * 4, ["q"] * 4, ["j"] * 4,
+                        torch.zeros(4, dtype=torch.long), torch.zeros(4))  # fmt: skip
+
+    critique = CritiqueConsistencyReward(embedder="builtin:tiny-llama", bonus=0.1)
+    trainer = SimpleNamespace(callbacks=[ConsistencyAnswerReward(), critique])
+    extra, stats = reward_terms(trainer, None, ctx)
+    answer = torch.tensor([1.0, 1.0, 1.0, -1.0])
+    bonus = extra - answer
+    assert (bonus > 0).sum() == 2  # ceil(3 / 2) of the +1 sub-group
+    assert bonus[3] == 0  # never the dissenting rollout
+    assert bonus[:2].tolist() == pytest.approx([0.1, 0.1])  # the two identical critiques agree
+    assert float(stats["ConsistencyAnswerReward/supervised_fraction"]) == 1.0
