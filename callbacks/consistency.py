@@ -52,7 +52,8 @@ class ConsistencyAnswerReward(Callback):
         ``invalid`` score (the authors' code); set -1 to follow the paper's text.
     initial_memory: optional JSONL of ``{"query_id": ..., "labels": [-1, 1, ...]}`` rows (e.g.
         the starting model's verdicts) that seeds the memory.
-    tags, subject: the judge output format (see ``JudgeReward``).
+    tags, subject, prefix: the judge output format and the data's assistant pre-fill (see
+        ``JudgeReward``).
     seed: seeds the eviction tie-break generator (checkpointed).
     """
 
@@ -65,6 +66,7 @@ class ConsistencyAnswerReward(Callback):
         initial_memory: str | None = None,
         tags: Sequence[str] = JUDGE_TAGS,
         subject: str = "Response",
+        prefix: str = "",
         seed: int = 0,
     ) -> None:
         if cap < 1:
@@ -75,6 +77,7 @@ class ConsistencyAnswerReward(Callback):
             raise FileNotFoundError(f"initial_memory {initial_memory!r} is not a file")
         self.cap, self.agree, self.disagree, self.unparsable = cap, agree, disagree, unparsable
         self.initial_memory, self.tags, self.subject = initial_memory, tuple(tags), subject
+        self.prefix = prefix
         self.memory: dict[str, list[int]] = {}
         self.last_pseudo: dict[str, int] = {}
         self.generator = torch.Generator().manual_seed(seed)
@@ -89,7 +92,10 @@ class ConsistencyAnswerReward(Callback):
     def reward_term(
         self, trainer: Any, pl_module: Any, ctx: RewardContext
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        verdicts = [judge_verdict(r, tags=self.tags, subject=self.subject) for r in ctx.responses]
+        verdicts = [
+            judge_verdict(self.prefix + r, tags=self.tags, subject=self.subject)
+            for r in ctx.responses
+        ]
         term = torch.zeros(len(verdicts))
         updates: list[tuple[str, int]] = []
         for query, idx in _groups(ctx.query_ids).items():

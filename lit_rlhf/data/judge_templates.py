@@ -66,6 +66,12 @@ Response 2: {{response_2}}
 Answer as <Criterion>...</Criterion><Analysis>...</Analysis><Result>...</Result>, the result \
 being "{RESULT_1_BETTER}" or "{RESULT_2_BETTER}"."""
 
+_VERDICT_V1 = f"""Question: {{prompt}}
+Response 1: {{response_1}}
+Response 2: {{response_2}}
+Which response is correct? Answer with <Result>{RESULT_1_BETTER}</Result> or \
+<Result>{RESULT_2_BETTER}</Result>."""
+
 JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
     "consistrm-v1": JudgeTemplate(
         name="consistrm-v1",
@@ -76,6 +82,11 @@ JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
         name="consistrm-v1-short",
         description="the same output format in five lines, for tiny CPU models",
         text=_CONSISTRM_V1_SHORT,
+    ),
+    "verdict-v1": JudgeTemplate(
+        name="verdict-v1",
+        description="the result tag only, no critique (judge tags: [Result]); for CPU demos",
+        text=_VERDICT_V1,
     ),
 }
 

@@ -55,6 +55,8 @@ class GenerativeRewardModule(LightningModule):
     eval_samples: judge outputs per pair at validation / test / predict (1: greedy; N > 1:
         sampled, majority vote).
     tags, subject: the judge output format (the reward and the evaluation parse it).
+    response_prefix: the assistant pre-fill the data module adds (its ``response_prefix``); it is
+        put back before each output when parsing.
     seed: seeds the mini-batch shuffling.
     """
 
@@ -83,6 +85,7 @@ class GenerativeRewardModule(LightningModule):
         eval_samples: int = 1,
         tags: tuple[str, ...] = JUDGE_TAGS,
         subject: str = "Response",
+        response_prefix: str = "",
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -163,7 +166,9 @@ class GenerativeRewardModule(LightningModule):
             log_probs=False,
         )  # fmt: skip
         verdicts = [
-            judge_verdict(text, tags=self.hp.tags, subject=self.hp.subject)
+            judge_verdict(
+                self.hp.response_prefix + text, tags=self.hp.tags, subject=self.hp.subject
+            )
             for text in rollout.responses
         ]
         return [verdicts[i * n : (i + 1) * n] for i in range(len(batch["prompt"]))]

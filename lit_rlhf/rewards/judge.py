@@ -32,6 +32,8 @@ class JudgeReward:
         invalid: the score of a malformed or unparsable output.
         tags: the tags a well-formed output has, in order (ReflectRM: Analysis, Result).
         subject: the compared things, ``Response`` (or ``Critique`` for analysis preference).
+        prefix: text put before every output before parsing: the assistant pre-fill of the data
+            (``PromptDataModule(response_prefix=...)``), e.g. ``"<Result>Response"``.
 
     Info: ``format_ok``, ``verdict`` (-1 / +1, 0 when unparsable) and, where labels exist,
     ``correct``.
@@ -46,6 +48,7 @@ class JudgeReward:
         invalid: float = -3.0,
         tags: Sequence[str] = ("Criterion", "Analysis", "Result"),
         subject: str = "Response",
+        prefix: str = "",
     ) -> None:
         if mode not in ("gold", "format"):
             raise ValueError(f"mode must be 'gold' or 'format', got {mode!r}")
@@ -60,7 +63,7 @@ class JudgeReward:
             raise ValueError("tags must name at least the result tag")
         self.mode, self.correct, self.wrong = mode, float(correct), float(wrong)
         self.format_bonus, self.invalid = float(format_bonus), float(invalid)
-        self.tags, self.subject = tuple(tags), subject
+        self.tags, self.subject, self.prefix = tuple(tags), subject, prefix
 
     def __call__(
         self,
@@ -69,7 +72,10 @@ class JudgeReward:
         rows: Sequence[Mapping[str, Any]],
     ) -> RewardOutput:
         check_batch_lengths(prompts, completions, rows)
-        verdicts = [judge_verdict(c, tags=self.tags, subject=self.subject) for c in completions]
+        verdicts = [
+            judge_verdict(self.prefix + c, tags=self.tags, subject=self.subject)
+            for c in completions
+        ]
         ok = torch.tensor([v is not None for v in verdicts], dtype=torch.float32)
         scores = torch.where(ok.bool(), self.format_bonus, self.invalid)
         info = {"format_ok": ok, "verdict": torch.tensor([float(v or 0) for v in verdicts])}
