@@ -66,11 +66,16 @@ Response 2: {{response_2}}
 Answer as <Criterion>...</Criterion><Analysis>...</Analysis><Result>...</Result>, the result \
 being "{RESULT_1_BETTER}" or "{RESULT_2_BETTER}"."""
 
-_VERDICT_V1 = f"""Question: {{prompt}}
+_VERDICT_V1 = f"""Judge which response answers the question correctly. Example:
+Question: What is 2 + 2?
+Response 1: 2 + 2 = 5. The answer is 5.
+Response 2: 2 + 2 = 4. The answer is 4.
+Judgment: <Result>{RESULT_2_BETTER}</Result>
+
+Question: {{prompt}}
 Response 1: {{response_1}}
 Response 2: {{response_2}}
-Which response is correct? Answer with <Result>{RESULT_1_BETTER}</Result> or \
-<Result>{RESULT_2_BETTER}</Result>."""
+Judgment:"""
 
 JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
     "consistrm-v1": JudgeTemplate(
@@ -85,7 +90,7 @@ JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
     ),
     "verdict-v1": JudgeTemplate(
         name="verdict-v1",
-        description="the result tag only, no critique (judge tags: [Result]); for CPU demos",
+        description="one-shot, the result tag only, no critique (judge tags: [Result]); CPU demos",
         text=_VERDICT_V1,
     ),
 }

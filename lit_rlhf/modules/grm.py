@@ -101,7 +101,10 @@ class GenerativeRewardModule(LightningModule):
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
         default = JudgeReward(
-            mode="gold" if mode == "rft" else "format", tags=tags, subject=subject
+            mode="gold" if mode == "rft" else "format",
+            tags=tags,
+            subject=subject,
+            prefix=response_prefix,
         )
         self.rollouts = RolloutCollector(self.engine, reward or default)
         self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)

@@ -146,3 +146,10 @@ def test_bad_settings_are_refused_at_construction():
         GenerativeRewardModule(clip_low=1.5)
     with pytest.raises(ValueError, match="samples_per_prompt >= 2"):
         GenerativeRewardModule(samples_per_prompt=1)
+
+
+def test_the_response_prefix_reaches_the_default_reward():
+    module = GenerativeRewardModule(tags=("Result",), response_prefix=" <Result>Response")
+    completion = " 2 is better than Response 1</Result> trailing"
+    out = module.rollouts.reward(["p"], [completion], [{"label": 1}])
+    assert out.scores.tolist() == pytest.approx([1.1])  # parsed with the prefix: right verdict
