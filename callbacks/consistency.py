@@ -218,9 +218,10 @@ class CritiqueConsistencyReward(Callback):
         seconds = time.perf_counter() - start
         term, consistency = torch.zeros(len(answers)), torch.ones(len(answers))
         for idx in _groups(ctx.query_ids).values():
-            term[idx], consistency[idx] = critique_bonus(
+            bonus, agreement = critique_bonus(
                 embeddings[idx], answers[idx].cpu(), bonus=self.bonus, positive=self.positive
             )
+            term[idx], consistency[idx] = bonus.float().cpu(), agreement.float().cpu()
         stats = {
             "bonus_fraction": (term > 0).float().mean(),
             "consistency": consistency.mean(),

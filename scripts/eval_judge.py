@@ -35,11 +35,13 @@ def build(opts: argparse.Namespace) -> tuple[Any, Any]:
         model = opts.model
         module = GenerativeRewardModule(model=model, engine=engine, eval_samples=opts.samples)
     if opts.synthetic:
-        source: Any = SyntheticPairs(num_examples=opts.synthetic, seed=opts.seed,
-                                     template=opts.template, swap="both")  # fmt: skip
+        source: Any = SyntheticPairs(
+            num_examples=opts.synthetic, seed=opts.seed, template=opts.template, swap="both"
+        )
     else:
-        source = PreferencePairs(opts.pairs, schema=opts.schema, split=opts.split,
-                                 template=opts.template, swap="both")  # fmt: skip
+        source = PreferencePairs(
+            opts.pairs, schema=opts.schema, split=opts.split, template=opts.template, swap="both"
+        )
     data = PromptDataModule(
         tokenizer=model,
         train=source,
@@ -73,8 +75,14 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     L.seed_everything(opts.seed, verbose=False)
     module, data = build(opts)
-    trainer = L.Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer = L.Trainer(
+        accelerator="auto",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     (metrics,) = trainer.test(module, datamodule=data, verbose=False)
     lines = ["| metric | value |", "|---|---|"]
     lines += [f"| {key.removeprefix('test/')} | {value:.3f} |" for key, value in metrics.items()]

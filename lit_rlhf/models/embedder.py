@@ -91,6 +91,11 @@ class TextEmbedder:
     def __call__(self, texts: list[str]) -> Tensor:
         if self.network is None:
             self.load()
+        # fp32 whatever the trainer's precision: similarities of nearby texts need the digits
+        with torch.autocast(device_type=self.device.type, enabled=False):
+            return self._embed_all(texts)
+
+    def _embed_all(self, texts: list[str]) -> Tensor:
         chunks = [
             self._embed(texts[i : i + self.batch_size])
             for i in range(0, len(texts), self.batch_size)

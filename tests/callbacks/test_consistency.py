@@ -151,7 +151,9 @@ def test_critique_bonus_goes_to_half_of_the_agreeing_rollouts():
 
     critique = CritiqueConsistencyReward(embedder="builtin:tiny-llama", bonus=0.1)
     trainer = SimpleNamespace(callbacks=[ConsistencyAnswerReward(), critique])
-    extra, stats = reward_terms(trainer, None, ctx)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as under precision: bf16-mixed
+        extra, stats = reward_terms(trainer, None, ctx)
+    assert extra.dtype == torch.float32
     answer = torch.tensor([1.0, 1.0, 1.0, -1.0])
     bonus = extra - answer
     assert (bonus > 0).sum() == 2  # ceil(3 / 2) of the +1 sub-group

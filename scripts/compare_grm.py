@@ -1,0 +1,151 @@
+"""Base judge vs RFT vs ConsistRM on one task, with one command (the comparison of ConsistRM,
+arXiv 2604.07484, at the scale this machine allows).
+
+Each (arm, seed) is one ``python -m lit_rlhf.cli`` run of the base config plus a fragment:
+``base`` validates the starting judge, ``rft`` trains against gold labels, ``consistrm`` trains
+without labels (format reward + ``ConsistencyAnswerReward``; the critique bonus is added only
+when the judge writes critiques, i.e. with a template that has them). Held-out: the config's
+``val`` pairs, in both orders. Writes ``<out>/results.md`` (mean ± std over seeds of the last
+validation) and ``<out>/curves.png`` (held-out accuracy, positional consistency, train reward).
+
+    python scripts/compare_grm.py --preset cpu              # SmolLM2-135M, synthetic pairs, ~10 min
+    python scripts/compare_grm.py --preset cpu --seeds 0 1 --steps 60
+    python scripts/compare_grm.py --preset gpu --seeds 0 1 2   # Qwen3-8B on HelpSteer3
+
+Departures from the paper: the ``cpu`` preset judges synthetic arithmetic pairs with a
+verdict-only one-shot format (SmolLM2-135M writes no usable critiques), so it has no critique
+reward, and trains for a few dozen steps; the paper trains Qwen3-8B on HelpSteer3 with critiques.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _runs import (
+    base_callbacks,
+    cli_command,
+    read_rows,
+    run_fragment,
+    run_timed,
+    series,
+    steps_and_values,
+    write_fragment,
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": {"config": Path("configs/grm/rft_smollm2.yaml"), "steps": 30, "critique": False},
+    "gpu": {"config": Path("configs/grm/rft_qwen3-8b.yaml"), "steps": None, "critique": True},
+}
+ARMS = ("base", "rft", "consistrm")
+METRICS = ("val/accuracy", "val/positional_consistency", "val/format_valid")
+
+
+def arm_fragment(arm: str, base: Path, out: Path, seed: int, opts: argparse.Namespace) -> dict:
+    """The fragment of one (arm, seed) run on top of the base config."""
+    import yaml
+
+    model = (yaml.safe_load(base.read_text()) or {})["model"]["init_args"]
+    callbacks = base_callbacks(base)
+    if arm == "consistrm":
+        answer = {
+            "tags": model.get("tags", ["Criterion", "Analysis", "Result"]),
+            "prefix": model.get("response_prefix", ""),
+        }
+        callbacks = [
+            *callbacks,
+            {"class_path": "lit_rlhf.callbacks.ConsistencyAnswerReward", "init_args": answer},
+        ]
+        if PRESETS[opts.preset]["critique"]:
+            callbacks.append({"class_path": "lit_rlhf.callbacks.CritiqueConsistencyReward"})
+    fragment = run_fragment(out, arm, seed, callbacks, seed_model=True)
+    fragment["model"]["init_args"]["mode"] = "consistrm" if arm == "consistrm" else "rft"
+    steps = opts.steps or PRESETS[opts.preset]["steps"]
+    if steps:
+        fragment["trainer"]["limit_train_batches"] = steps
+    return fragment
+
+
+def run_all(opts: argparse.Namespace) -> dict[str, list[Path]]:
+    base: Path = opts.config or PRESETS[opts.preset]["config"]
+    csvs: dict[str, list[Path]] = {arm: [] for arm in opts.arms}
+    for arm in opts.arms:
+        for seed in opts.seeds:
+            fragment = write_fragment(
+                opts.out / f"{arm}-seed{seed}.yaml", arm_fragment(arm, base, opts.out, seed, opts)
+            )
+            command = cli_command("validate" if arm == "base" else "fit", [base, fragment])
+            print(f"{arm} seed {seed}: {' '.join(command)}", flush=True)
+            if not opts.dry_run:
+                seconds = run_timed(command)
+                print(f"  {seconds:.0f} s", flush=True)
+            csvs[arm].append(opts.out / arm / f"seed{seed}" / "metrics.csv")
+    return csvs
+
+
+def summarise(csvs: dict[str, list[Path]]) -> str:
+    lines = [
+        "| judge | " + " | ".join(m.removeprefix("val/") for m in METRICS) + " |",
+        "|---|" + "---|" * len(METRICS),
+    ]
+    for arm, paths in csvs.items():
+        cells = []
+        for metric in METRICS:
+            last = [series(read_rows(p), metric)[-1] for p in paths if p.exists()]
+            spread = statistics.stdev(last) if len(last) > 1 else 0.0
+            cells.append(f"{statistics.fmean(last):.3f} ± {spread:.3f}" if last else "n/a")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(csvs: dict[str, list[Path]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ("val/accuracy", "val/positional_consistency", "reward/mean")
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5))
+    for ax, key in zip(axes, keys, strict=True):
+        for arm, paths in csvs.items():
+            for i, p in enumerate(paths):
+                if not p.exists():
+                    continue
+                points = steps_and_values(read_rows(p), key, step_key="step")
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    ax.plot(xs, ys, marker="o", label=arm if i == 0 else None)
+        ax.set_title(key)
+        ax.set_xlabel("optimizer step")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=list(PRESETS), default="cpu")
+    parser.add_argument("--config", type=Path, help="override the preset's base config")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--steps", type=int, help="training steps per run (default: preset's)")
+    parser.add_argument("--out", type=Path, default=Path("runs/compare_grm"))
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    opts = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    csvs = run_all(opts)
+    if opts.dry_run:
+        return
+    table = summarise(csvs)
+    (opts.out / "results.md").write_text(table + "\n")
+    plot(csvs, opts.out / "curves.png")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
