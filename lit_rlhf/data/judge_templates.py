@@ -66,10 +66,17 @@ Response 2: {{response_2}}
 Answer as <Criterion>...</Criterion><Analysis>...</Analysis><Result>...</Result>, the result \
 being "{RESULT_1_BETTER}" or "{RESULT_2_BETTER}"."""
 
-_VERDICT_V1 = f"""Judge which response answers the question correctly. Example:
+_VERDICT_V1 = f"""Judge which response answers the question correctly. Reply with \
+<Result>{RESULT_1_BETTER}</Result> or <Result>{RESULT_2_BETTER}</Result>.
+
 Question: What is 2 + 2?
-Response 1: 2 + 2 = 5. The answer is 5.
-Response 2: 2 + 2 = 4. The answer is 4.
+Response 1: 2 + 2 = 4. The answer is 4.
+Response 2: 2 + 2 = 5. The answer is 5.
+Judgment: <Result>{RESULT_1_BETTER}</Result>
+
+Question: What is 3 + 3?
+Response 1: 3 + 3 = 7. The answer is 7.
+Response 2: 3 + 3 = 6. The answer is 6.
 Judgment: <Result>{RESULT_2_BETTER}</Result>
 
 Question: {{prompt}}
@@ -90,7 +97,7 @@ JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
     ),
     "verdict-v1": JudgeTemplate(
         name="verdict-v1",
-        description="one-shot, the result tag only, no critique (judge tags: [Result]); CPU demos",
+        description="two balanced examples, the result tag only (judge tags: [Result]); CPU demos",
         text=_VERDICT_V1,
     ),
 }

@@ -63,7 +63,9 @@ def test_templates_render_the_pair_and_the_result_sentences() -> None:
         assert text.index("QQ{x}?") < text.index("AA {1}") < text.index("BB-2")  # braces kept
         assert "Response 1 is better than Response 2" in text
         assert "Response 2 is better than Response 1" in text
-        assert all(f"<{tag}>" in text for tag in ("Criterion", "Analysis", "Result"))
+        # verdict-only templates ask for the result tag alone
+        tags = ("Result",) if name.startswith("verdict") else ("Criterion", "Analysis", "Result")
+        assert all(f"<{tag}>" in text for tag in tags)
     full = render_judge_prompt("consistrm-v1", prompt="P", response_1="R1", response_2="R2")
     assert "[Response 1]\nR1\n[End of Response 1]" in full
     with pytest.raises(ValueError, match=r"unknown judge template 'v9'.*consistrm-v1-short"):
