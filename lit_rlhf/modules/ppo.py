@@ -119,7 +119,6 @@ class PPOModule(LightningModule):
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
         self.rollouts = RolloutCollector(self.engine, reward)
-        self.reward_fn = reward
         self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it

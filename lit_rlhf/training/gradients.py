@@ -32,7 +32,6 @@ class Gradients:
             name: p for name, p in module.named_parameters() if p.requires_grad
         }
         self.deepspeed = is_deepspeed(strategy)
-        self.zero_stage_3 = self.deepspeed and bool(getattr(strategy, "zero_stage_3", False))
 
     def names(self) -> list[str]:
         return list(self.parameters)

@@ -134,7 +134,8 @@ class PPOUpdate:
             clip_high=s.clip_high,
             dual_clip=s.dual_clip,
         )
-        per_token = pg + self._kl_loss(fwd.log_probs, micro, rcols, mask)
+        kl = self._kl_loss(fwd.log_probs, micro, rcols, mask)
+        per_token = pg if kl is None else pg + kl
         ctx = PolicyLossContext(fwd.logits, fwd.log_probs, old, adv, mask, pg)
         extra, extra_stats = self.loss_terms(ctx)
         loss = aggregate_loss(
@@ -163,10 +164,13 @@ class PPOUpdate:
             exp.old_log_probs[micro, rcols] = old.float().masked_fill(~mask, 0.0)
         return old
 
-    def _kl_loss(self, log_probs: Tensor, micro: Tensor, rcols: slice, mask: Tensor) -> Tensor:
+    def _kl_loss(
+        self, log_probs: Tensor, micro: Tensor, rcols: slice, mask: Tensor
+    ) -> Tensor | None:
+        """The weighted per-token KL term, or None when the KL is not in the loss."""
         ref = self.experience.ref_log_probs
         if not (self.kl_coef > 0 and self.settings.kl_in == "loss" and ref is not None):
-            return torch.zeros_like(log_probs)
+            return None
         kl = kl_penalty(log_probs, ref[micro][:, rcols], estimator=self.settings.kl_estimator)
         self._record("ppo/kl_loss", masked_mean(kl, mask))
         return self.kl_coef * kl
