@@ -29,11 +29,9 @@ from torch import Tensor
 from typing_extensions import override
 
 from lit_rlhf.algos.consistency import answer_rewards, critique_bonus, pseudo_label, update_memory
-from lit_rlhf.algos.judge import critique_text, judge_verdict
+from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat, critique_text
 from lit_rlhf.models.embedder import MINILM, Pooling, TextEmbedder
 from lit_rlhf.training.protocols import RewardContext
-
-JUDGE_TAGS = ("Criterion", "Analysis", "Result")
 
 
 def _groups(query_ids: Sequence[str]) -> dict[str, list[int]]:
@@ -52,8 +50,8 @@ class ConsistencyAnswerReward(Callback):
         ``invalid`` score (the authors' code); set -1 to follow the paper's text.
     initial_memory: optional JSONL of ``{"query_id": ..., "labels": [-1, 1, ...]}`` rows (e.g.
         the starting model's verdicts) that seeds the memory.
-    tags, subject, prefix: the judge output format and the data's assistant pre-fill (see
-        ``JudgeReward``).
+    tags, subject, prefix, suffix: the judge output format, the data's assistant pre-fill and
+        a fixed ending (see ``JudgeReward``).
     seed: seeds the eviction tie-break generator (checkpointed).
     """
 
@@ -67,6 +65,7 @@ class ConsistencyAnswerReward(Callback):
         tags: Sequence[str] = JUDGE_TAGS,
         subject: str = "Response",
         prefix: str = "",
+        suffix: str = "",
         seed: int = 0,
     ) -> None:
         if cap < 1:
@@ -76,8 +75,8 @@ class ConsistencyAnswerReward(Callback):
         if initial_memory is not None and not Path(initial_memory).is_file():
             raise FileNotFoundError(f"initial_memory {initial_memory!r} is not a file")
         self.cap, self.agree, self.disagree, self.unparsable = cap, agree, disagree, unparsable
-        self.initial_memory, self.tags, self.subject = initial_memory, tuple(tags), subject
-        self.prefix = prefix
+        self.initial_memory = initial_memory
+        self.format = JudgeFormat(tuple(tags), subject, prefix, suffix)
         self.memory: dict[str, list[int]] = {}
         self.last_pseudo: dict[str, int] = {}
         self.generator = torch.Generator().manual_seed(seed)
@@ -92,10 +91,7 @@ class ConsistencyAnswerReward(Callback):
     def reward_term(
         self, trainer: Any, pl_module: Any, ctx: RewardContext
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        verdicts = [
-            judge_verdict(self.prefix + r, tags=self.tags, subject=self.subject)
-            for r in ctx.responses
-        ]
+        verdicts = [self.format.verdict(r) for r in ctx.responses]
         term = torch.zeros(len(verdicts))
         updates: list[tuple[str, int]] = []
         for query, idx in _groups(ctx.query_ids).items():

@@ -17,7 +17,14 @@ from lit_rlhf.algos.exploration import (
     kl_cov_penalty,
     kl_cov_selection,
 )
-from lit_rlhf.algos.judge import critique_text, judge_format_ok, judge_verdict, parse_verdict
+from lit_rlhf.algos.judge import (
+    JUDGE_TAGS,
+    JudgeFormat,
+    critique_text,
+    judge_format_ok,
+    judge_verdict,
+    parse_verdict,
+)
 from lit_rlhf.algos.kl import AdaptiveKLController, KLEstimator, kl_penalty
 from lit_rlhf.algos.masking import masked_mean, masked_sum, masked_var, masked_whiten
 from lit_rlhf.algos.ppo_losses import (
@@ -32,9 +39,11 @@ from lit_rlhf.algos.ppo_losses import (
 from lit_rlhf.algos.trust_region import TrustRegionMode, trust_region_entropy
 
 __all__ = [
+    "JUDGE_TAGS",
     "AdaptiveKLController",
     "AggregationMode",
     "CoefficientSchedule",
+    "JudgeFormat",
     "KLEstimator",
     "PolicyLossStats",
     "ScheduleKind",

@@ -27,7 +27,9 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+JUDGE_TAGS = ("Criterion", "Analysis", "Result")
 _EMPHASIS = re.compile(r"[*_`]")
 _WHITESPACE = re.compile(r"\s+")
 _WINNER_LABEL = {"1": -1, "2": 1}
@@ -102,7 +104,7 @@ def _only(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
 def judge_format_ok(
     text: str,
     *,
-    tags: Sequence[str] = ("Criterion", "Analysis", "Result"),
+    tags: Sequence[str] = JUDGE_TAGS,
     subject: str = "Response",
 ) -> bool:
     """Whether a judgment has the required format (the format term of ConsistRM's reward,
@@ -140,7 +142,7 @@ def critique_text(text: str) -> str:
 def judge_verdict(
     text: str,
     *,
-    tags: Sequence[str] = ("Criterion", "Analysis", "Result"),
+    tags: Sequence[str] = JUDGE_TAGS,
     subject: str = "Response",
 ) -> int | None:
     """The verdict (-1 / +1) of a well-formed judgment (:func:`judge_format_ok`), None when it is
@@ -148,3 +150,30 @@ def judge_verdict(
     if not judge_format_ok(text, tags=tags, subject=subject):
         return None
     return parse_verdict(text, subject=subject)
+
+
+@dataclass(frozen=True)
+class JudgeFormat:
+    """How one judge's outputs are read: its tags and subject, and the text around each output
+    that the judge did not generate: ``prefix`` (the assistant pre-fill of the prompt, e.g.
+    ``"<Result>Response 1 is"``) and ``suffix`` (a fixed ending, for a judge that generates only
+    the verdict word, e.g. ``" than Response 2</Result>"``)."""
+
+    tags: tuple[str, ...] = JUDGE_TAGS
+    subject: str = "Response"
+    prefix: str = ""
+    suffix: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.tags:
+            raise ValueError("tags must name at least the result tag")
+        if not self.subject.strip():
+            raise ValueError("subject must be a non-empty word, e.g. 'Response'")
+
+    def text(self, output: str) -> str:
+        """The whole judgment: prefix + output + suffix."""
+        return self.prefix + output + self.suffix
+
+    def verdict(self, output: str) -> int | None:
+        """:func:`judge_verdict` of the whole judgment."""
+        return judge_verdict(self.text(output), tags=self.tags, subject=self.subject)

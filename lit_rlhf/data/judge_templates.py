@@ -25,6 +25,7 @@ _SWAP_MODES = ("none", "both", "random")
 
 RESULT_1_BETTER = "Response 1 is better than Response 2"
 RESULT_2_BETTER = "Response 2 is better than Response 1"
+RESULT_1_WORSE = "Response 1 is worse than Response 2"  # the same verdict as RESULT_2_BETTER
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,13 @@ Response 1: {{response_1}}
 Response 2: {{response_2}}
 Judgment:"""
 
+_VERDICT_SHORT_V1 = f"""Question: {{prompt}}
+Response 1: {{response_1}}
+Response 2: {{response_2}}
+Does Response 1 answer the question correctly? Reply <Result>{RESULT_1_BETTER}</Result> or \
+<Result>{RESULT_1_WORSE}</Result>.
+Judgment:"""
+
 JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
     "consistrm-v1": JudgeTemplate(
         name="consistrm-v1",
@@ -99,6 +107,15 @@ JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
         name="verdict-v1",
         description="two balanced examples, the result tag only (judge tags: [Result]); CPU demos",
         text=_VERDICT_V1,
+    ),
+    "verdict-short-v1": JudgeTemplate(
+        name="verdict-short-v1",
+        description=(
+            "no examples, the result tag only, 'Response 1 is better/worse than Response 2': "
+            "with the prefix '<Result>Response 1 is' the verdict is one word and both verdicts "
+            "end alike (judge tags: [Result]); the CPU judge demo"
+        ),
+        text=_VERDICT_SHORT_V1,
     ),
 }
 

@@ -4,6 +4,9 @@ learns anything should beat chance on them; one that learned the answer beats it
 
 - ``arithmetic``: "What is 17 + 25?"; the correct response ``"17 + 25 = 42. The answer is 42."``
   against the same sentence with a result off by 1 to 3.
+- ``copy``: "Repeat the word tiger."; the word against another word. Checking it needs no
+  knowledge, only a comparison of the response with the query: the task a 135M-parameter judge
+  can learn on CPU in minutes (``configs/grm/rft_smollm2.yaml``).
 - ``countdown``: a :mod:`lit_rlhf.data.countdown` task; the hidden solution against an
   expression that uses the same numbers once each and misses the target. Both responses claim
   to reach the target, in the ``<think>``/``<answer>`` format the task asks for.
@@ -23,6 +26,14 @@ from lit_rlhf.data.countdown import countdown_question, generate_countdown
 from lit_rlhf.data.judge_templates import PreferencePair, SwapMode, check_pair_options, judge_rows
 
 _OFFSETS = (-3, -2, -1, 1, 2, 3)  # how far a wrong arithmetic result is from the right one
+_WORD_LIST = (
+    "apple river candle tiger orange pencil garden window silver rocket monkey piano castle "
+    "forest bottle yellow dragon basket mirror winter summer pocket ladder hammer jacket "
+    "button carpet circle doctor engine farmer guitar island kitten lemon marble needle "
+    "parrot rabbit saddle tunnel velvet walnut zebra anchor bridge cotton desert feather "
+    "harbor kettle meadow planet shadow violin"
+)
+_WORDS = _WORD_LIST.split()  # the copy task's vocabulary
 _VERBOSE_OPENING = (
     "Let me think about this very carefully, step by step, so that the final answer is exactly "
     "right. First, I restate the problem in my own words and identify what it asks for. Then I "
@@ -41,7 +52,7 @@ class SyntheticPairs:
     Args:
         num_examples: how many pairs (before ``swap``).
         seed: seeds the tasks, the wrong answers and the placement.
-        task_kind: ``arithmetic`` or ``countdown``.
+        task_kind: ``arithmetic``, ``copy`` or ``countdown``.
         distractor: ``none``, or ``length`` (the wrong response is the longer one).
         template: the judge template (short by default, for tiny CPU models).
         swap: order-swap augmentation, as in :class:`~lit_rlhf.data.PreferencePairs`.
@@ -53,7 +64,7 @@ class SyntheticPairs:
         self,
         num_examples: int = 256,
         seed: int = 0,
-        task_kind: Literal["arithmetic", "countdown"] = "arithmetic",
+        task_kind: Literal["arithmetic", "copy", "countdown"] = "arithmetic",
         distractor: Literal["none", "length"] = "none",
         template: str = "consistrm-v1-short",
         swap: SwapMode = "none",
@@ -61,8 +72,10 @@ class SyntheticPairs:
         task: str = "judge",
     ) -> None:
         check_pair_options(template, swap, num_examples)
-        if task_kind not in ("arithmetic", "countdown"):
-            raise ValueError(f"task_kind must be 'arithmetic' or 'countdown', got {task_kind!r}")
+        if task_kind not in ("arithmetic", "copy", "countdown"):
+            raise ValueError(
+                f"task_kind must be 'arithmetic', 'copy' or 'countdown', got {task_kind!r}"
+            )
         if distractor not in ("none", "length"):
             raise ValueError(f"distractor must be 'none' or 'length', got {distractor!r}")
         if max_value < 1:
@@ -84,6 +97,8 @@ class SyntheticPairs:
         if self.task_kind == "countdown":
             tasks = generate_countdown(self.num_examples, seed=self.seed, max_value=self.max_value)
             texts = [_countdown_texts(rng, row) for row in tasks]
+        elif self.task_kind == "copy":
+            texts = [_copy_texts(rng) for _ in range(self.num_examples)]
         else:
             texts = [_arithmetic_texts(rng, self.max_value) for _ in range(self.num_examples)]
         subset = self.task_kind + ("+length" if self.distractor == "length" else "")
@@ -110,6 +125,12 @@ def _arithmetic_texts(rng: random.Random, max_value: int) -> tuple[str, str, str
         f"{expr} = {value}. The answer is {value}.",
         f"{expr} = {wrong}. The answer is {wrong}.",
     )
+
+
+def _copy_texts(rng: random.Random) -> tuple[str, str, str]:
+    """(question, the word, another word)."""
+    word, other = rng.sample(_WORDS, 2)
+    return f"Repeat the word {word}.", word, other
 
 
 def _countdown_texts(rng: random.Random, task: dict[str, Any]) -> tuple[str, str, str]:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 from lightning import LightningModule
 
-from lit_rlhf.algos.judge import judge_verdict
+from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat
 from lit_rlhf.metrics import JudgeMetrics, majority_verdict
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
@@ -36,8 +36,6 @@ from lit_rlhf.training import (
     RolloutCollector,
     build_policy_networks,
 )
-
-JUDGE_TAGS = ("Criterion", "Analysis", "Result")
 
 
 class GenerativeRewardModule(LightningModule):
@@ -57,6 +55,9 @@ class GenerativeRewardModule(LightningModule):
     tags, subject: the judge output format (the reward and the evaluation parse it).
     response_prefix: the assistant pre-fill the data module adds (its ``response_prefix``); it is
         put back before each output when parsing.
+    response_suffix: a fixed ending put after each output when parsing, for a judge that
+        generates only the verdict word (with ``max_new_tokens: 1`` on the engine; see
+        ``configs/grm/rft_smollm2.yaml``).
     seed: seeds the mini-batch shuffling.
     """
 
@@ -86,6 +87,7 @@ class GenerativeRewardModule(LightningModule):
         tags: tuple[str, ...] = JUDGE_TAGS,
         subject: str = "Response",
         response_prefix: str = "",
+        response_suffix: str = "",
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -98,6 +100,7 @@ class GenerativeRewardModule(LightningModule):
                 f"{weight_decay}, {kl_coef}, {eval_samples}"
             )
         self.settings = PPOSettings.from_hparams({**self.hparams, "advantage": "grpo"})
+        self.judge_format = JudgeFormat(tuple(tags), subject, response_prefix, response_suffix)
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
         default = JudgeReward(
@@ -105,6 +108,7 @@ class GenerativeRewardModule(LightningModule):
             tags=tags,
             subject=subject,
             prefix=response_prefix,
+            suffix=response_suffix,
         )
         self.rollouts = RolloutCollector(self.engine, reward or default)
         self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)
@@ -168,12 +172,7 @@ class GenerativeRewardModule(LightningModule):
             self.policy, self.tokenizer, batch, samples_per_prompt=n, greedy=n == 1,
             log_probs=False,
         )  # fmt: skip
-        verdicts = [
-            judge_verdict(
-                self.hp.response_prefix + text, tags=self.hp.tags, subject=self.hp.subject
-            )
-            for text in rollout.responses
-        ]
+        verdicts = [self.judge_format.verdict(text) for text in rollout.responses]
         return [verdicts[i * n : (i + 1) * n] for i in range(len(batch["prompt"]))]
 
     def _evaluate(self, batch: dict[str, Any], metrics: JudgeMetrics) -> None:

@@ -3,12 +3,14 @@
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.combine import WeightedRewards
 from lit_rlhf.rewards.countdown import CountdownReward
+from lit_rlhf.rewards.judge import JudgeReward
 from lit_rlhf.rewards.math import MathReward
 from lit_rlhf.rewards.simple import DigitFractionReward
 
 __all__ = [
     "CountdownReward",
     "DigitFractionReward",
+    "JudgeReward",
     "MathReward",
     "RewardFunction",
     "WeightedRewards",

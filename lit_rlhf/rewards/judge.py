@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import torch
 
-from lit_rlhf.algos.judge import judge_verdict
+from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat
 from lit_rlhf.rewards.base import check_batch_lengths
 from lit_rlhf.types import RewardOutput
 
@@ -34,6 +34,8 @@ class JudgeReward:
         subject: the compared things, ``Response`` (or ``Critique`` for analysis preference).
         prefix: text put before every output before parsing: the assistant pre-fill of the data
             (``PromptDataModule(response_prefix=...)``), e.g. ``"<Result>Response"``.
+        suffix: text put after every output before parsing, for a judge that generates only
+            the verdict word (``max_new_tokens: 1``), e.g. ``" than Response 2</Result>"``.
 
     Info: ``format_ok``, ``verdict`` (-1 / +1, 0 when unparsable) and, where labels exist,
     ``correct``.
@@ -46,9 +48,10 @@ class JudgeReward:
         wrong: float = -1.0,
         format_bonus: float = 0.1,
         invalid: float = -3.0,
-        tags: Sequence[str] = ("Criterion", "Analysis", "Result"),
+        tags: Sequence[str] = JUDGE_TAGS,
         subject: str = "Response",
         prefix: str = "",
+        suffix: str = "",
     ) -> None:
         if mode not in ("gold", "format"):
             raise ValueError(f"mode must be 'gold' or 'format', got {mode!r}")
@@ -59,11 +62,9 @@ class JudgeReward:
                 f"invalid ({invalid}) must be below the worst well-formed score "
                 f"({format_bonus + min(0.0, wrong)}), else a malformed output pays"
             )
-        if not tags:
-            raise ValueError("tags must name at least the result tag")
+        self.format = JudgeFormat(tuple(tags), subject, prefix, suffix)
         self.mode, self.correct, self.wrong = mode, float(correct), float(wrong)
         self.format_bonus, self.invalid = float(format_bonus), float(invalid)
-        self.tags, self.subject, self.prefix = tuple(tags), subject, prefix
 
     def __call__(
         self,
@@ -72,10 +73,7 @@ class JudgeReward:
         rows: Sequence[Mapping[str, Any]],
     ) -> RewardOutput:
         check_batch_lengths(prompts, completions, rows)
-        verdicts = [
-            judge_verdict(self.prefix + c, tags=self.tags, subject=self.subject)
-            for c in completions
-        ]
+        verdicts = [self.format.verdict(c) for c in completions]
         ok = torch.tensor([v is not None for v in verdicts], dtype=torch.float32)
         scores = torch.where(ok.bool(), self.format_bonus, self.invalid)
         info = {"format_ok": ok, "verdict": torch.tensor([float(v or 0) for v in verdicts])}

@@ -62,7 +62,9 @@ def test_templates_render_the_pair_and_the_result_sentences() -> None:
         text = render_judge_prompt(name, prompt="QQ{x}?", response_1="AA {1}", response_2="BB-2")
         assert text.index("QQ{x}?") < text.index("AA {1}") < text.index("BB-2")  # braces kept
         assert "Response 1 is better than Response 2" in text
-        assert "Response 2 is better than Response 1" in text
+        # the two verdicts; verdict-short-v1 words the second "Response 1 is worse than ..."
+        other = "Response 1 is worse than" if name == "verdict-short-v1" else "Response 2 is better"
+        assert other in text
         # verdict-only templates ask for the result tag alone
         tags = ("Result",) if name.startswith("verdict") else ("Criterion", "Analysis", "Result")
         assert all(f"<{tag}>" in text for tag in tags)
@@ -342,6 +344,22 @@ def test_synthetic_countdown_solution_against_a_miss(distractor: str) -> None:
             value, used = evaluate_expression(extract_answer(response) or "")
             assert sorted(used) == numbers and (value == target) is hits
         assert (len(worse) > len(chosen_of(row)) + 100) is (distractor == "length")
+
+
+def test_synthetic_copy_repeats_the_word_and_renders_the_short_template() -> None:
+    data = SyntheticPairs(num_examples=60, seed=2, task_kind="copy", template="verdict-short-v1")
+    rows = data.load()
+    assert 15 <= rows["label"].count(-1) <= 45 and set(rows["subset"]) == {"copy"}
+    for row in rows:
+        word = re.fullmatch(r"Repeat the word (\w+)\.", row["query"])
+        assert word is not None
+        worse = row["response_2"] if row["label"] == -1 else row["response_1"]
+        assert chosen_of(row) == word[1] != worse and worse.isalpha()
+        assert row["question"].startswith(f"Question: {row['query']}\nResponse 1: ")
+        assert row["question"].endswith("Judgment:")
+        assert "Response 1 is worse than" in row["question"]
+    with pytest.raises(ValueError, match="task_kind must be 'arithmetic', 'copy' or"):
+        SyntheticPairs(task_kind="echo")  # type: ignore[arg-type]
 
 
 def test_prompt_data_module_batches_carry_pair_fields() -> None:

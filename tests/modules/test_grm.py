@@ -153,3 +153,12 @@ def test_the_response_prefix_reaches_the_default_reward():
     completion = " 2 is better than Response 1</Result> trailing"
     out = module.rollouts.reward(["p"], [completion], [{"label": 1}])
     assert out.scores.tolist() == pytest.approx([1.1])  # parsed with the prefix: right verdict
+
+
+def test_a_one_word_verdict_after_the_short_template_prefix():
+    # verdict-short-v1 + prefix "<Result>Response 1 is": "better" and "worse" end alike
+    reward = JudgeReward(tags=("Result",), prefix=" <Result>Response 1 is", format_bonus=0.0)
+    outs = [" better than Response 2</Result>", " worse than Response 2</Result>", " better"]
+    scored = reward(["p"] * 3, outs, [{"label": 1}] * 3)
+    assert scored.info["verdict"].tolist() == [-1.0, 1.0, 0.0]
+    assert scored.scores.tolist() == pytest.approx([-1.0, 1.0, -3.0])
