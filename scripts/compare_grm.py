@@ -8,13 +8,14 @@ when the judge writes critiques, i.e. with a template that has them). Held-out: 
 ``val`` pairs, in both orders. Writes ``<out>/results.md`` (mean ± std over seeds of the last
 validation) and ``<out>/curves.png`` (held-out accuracy, positional consistency, train reward).
 
-    python scripts/compare_grm.py --preset cpu              # SmolLM2-135M, synthetic pairs, ~10 min
-    python scripts/compare_grm.py --preset cpu --seeds 0 1 --steps 60
+    python scripts/compare_grm.py --preset cpu              # SmolLM2-135M, copy pairs, ~20 min
+    python scripts/compare_grm.py --preset cpu --seeds 0 1 --arms rft --steps 30
     python scripts/compare_grm.py --preset gpu --seeds 0 1 2   # Qwen3-8B on HelpSteer3
 
-Departures from the paper: the ``cpu`` preset judges synthetic arithmetic pairs with a
-verdict-only one-shot format (SmolLM2-135M writes no usable critiques), so it has no critique
-reward, and trains for a few dozen steps; the paper trains Qwen3-8B on HelpSteer3 with critiques.
+Departures from the paper: the ``cpu`` preset judges synthetic copy pairs with a one-word
+verdict (SmolLM2-135M writes no usable critiques), so it has no critique reward, and trains
+for 60 steps; the paper trains Qwen3-8B on HelpSteer3 with critiques. ConsistRM's arm uses the
+base config's ``JudgeReward`` in ``format`` mode (same scores, no gold label).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from _runs import (
 )
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "cpu": {"config": Path("configs/grm/rft_smollm2.yaml"), "steps": 30, "critique": False},
+    "cpu": {"config": Path("configs/grm/rft_smollm2.yaml"), "steps": None, "critique": False},
     "gpu": {"config": Path("configs/grm/rft_qwen3-8b.yaml"), "steps": None, "critique": True},
 }
 ARMS = ("base", "rft", "consistrm")
@@ -52,11 +53,16 @@ def arm_fragment(arm: str, base: Path, out: Path, seed: int, opts: argparse.Name
 
     model = (yaml.safe_load(base.read_text()) or {})["model"]["init_args"]
     callbacks = base_callbacks(base)
+    reward = None
     if arm == "consistrm":
         answer = {
             "tags": model.get("tags", ["Criterion", "Analysis", "Result"]),
             "prefix": model.get("response_prefix", ""),
+            "suffix": model.get("response_suffix", ""),
         }
+        if isinstance(model.get("reward"), dict):  # the base's JudgeReward, label-free
+            reward = {**model["reward"]}
+            reward["init_args"] = {**reward.get("init_args", {}), "mode": "format"}
         callbacks = [
             *callbacks,
             {"class_path": "lit_rlhf.callbacks.ConsistencyAnswerReward", "init_args": answer},
@@ -65,6 +71,8 @@ def arm_fragment(arm: str, base: Path, out: Path, seed: int, opts: argparse.Name
             callbacks.append({"class_path": "lit_rlhf.callbacks.CritiqueConsistencyReward"})
     fragment = run_fragment(out, arm, seed, callbacks, seed_model=True)
     fragment["model"]["init_args"]["mode"] = "consistrm" if arm == "consistrm" else "rft"
+    if reward is not None:
+        fragment["model"]["init_args"]["reward"] = reward
     steps = opts.steps or PRESETS[opts.preset]["steps"]
     if steps:
         fragment["trainer"]["limit_train_batches"] = steps

@@ -110,6 +110,12 @@ class GenerativeRewardModule(LightningModule):
             prefix=response_prefix,
             suffix=response_suffix,
         )
+        if isinstance(reward, JudgeReward) and reward.format != self.judge_format:
+            raise ValueError(
+                f"the reward reads judge outputs as {reward.format}, but the module evaluates "
+                f"them as {self.judge_format}. Fix: give the module the same tags, subject, "
+                "response_prefix and response_suffix as the reward (tags/subject/prefix/suffix)."
+            )
         self.rollouts = RolloutCollector(self.engine, reward or default)
         self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)
         self.tokenizer = tokenizer

@@ -29,7 +29,9 @@ class JudgeReward:
         mode: ``gold`` (needs every row's ``label``) or ``format`` (label-free).
         correct, wrong: verdict terms (gold mode).
         format_bonus: added to every well-formed output.
-        invalid: the score of a malformed or unparsable output.
+        invalid: the score of a malformed or unparsable output: at most the worst well-formed
+            score (``format_bonus + min(0, wrong)``); equal to it, a malformed output counts as a
+            wrong verdict, so learning the format does not favour the judge's majority verdict.
         tags: the tags a well-formed output has, in order (ReflectRM: Analysis, Result).
         subject: the compared things, ``Response`` (or ``Critique`` for analysis preference).
         prefix: text put before every output before parsing: the assistant pre-fill of the data
@@ -57,9 +59,9 @@ class JudgeReward:
             raise ValueError(f"mode must be 'gold' or 'format', got {mode!r}")
         if correct <= wrong:
             raise ValueError(f"correct ({correct}) must be above wrong ({wrong})")
-        if invalid >= format_bonus + min(0.0, wrong):
+        if invalid > format_bonus + min(0.0, wrong):
             raise ValueError(
-                f"invalid ({invalid}) must be below the worst well-formed score "
+                f"invalid ({invalid}) must be at most the worst well-formed score "
                 f"({format_bonus + min(0.0, wrong)}), else a malformed output pays"
             )
         self.format = JudgeFormat(tuple(tags), subject, prefix, suffix)

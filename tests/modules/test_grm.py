@@ -162,3 +162,17 @@ def test_a_one_word_verdict_after_the_short_template_prefix():
     scored = reward(["p"] * 3, outs, [{"label": 1}] * 3)
     assert scored.info["verdict"].tolist() == [-1.0, 1.0, 0.0]
     assert scored.scores.tolist() == pytest.approx([-1.0, 1.0, -3.0])
+
+
+def test_a_reward_that_reads_outputs_differently_from_the_evaluation_is_refused():
+    reward = JudgeReward(tags=("Result",), prefix=" <Result>Response 1 is", suffix=" than R 2")
+    with pytest.raises(ValueError, match=r"the module evaluates them as .*response_suffix"):
+        GenerativeRewardModule(tags=("Result",), response_prefix=" <Result>Response 1 is",
+                               reward=reward)  # fmt: skip
+    same = GenerativeRewardModule(
+        tags=("Result",),
+        response_prefix=" <Result>Response 1 is",
+        response_suffix=" than R 2",
+        reward=reward,
+    )
+    assert same.judge_format.verdict(" worse") is None  # "R 2" is not the subject "Response"

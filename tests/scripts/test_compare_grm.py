@@ -21,11 +21,19 @@ def test_dry_run_writes_one_fragment_per_arm(tmp_path: Path, capsys) -> None:
     printed = capsys.readouterr().out
     assert printed.count("lit_rlhf.cli validate") == 2 and printed.count("lit_rlhf.cli fit") == 4
     consistrm = yaml.safe_load((tmp_path / "consistrm-seed1.yaml").read_text())
-    assert consistrm["model"]["init_args"] == {"seed": 1, "mode": "consistrm"}
+    model = consistrm["model"]["init_args"]
+    assert (model["seed"], model["mode"]) == (1, "consistrm")
+    # the base config's JudgeReward, label-free: same scores and format, mode "format"
+    assert model["reward"]["init_args"]["mode"] == "format"
+    assert model["reward"]["init_args"]["invalid"] == -1.0
     assert consistrm["trainer"]["limit_train_batches"] == 5
     answer = consistrm["trainer"]["callbacks"][-1]
     assert answer["class_path"] == "lit_rlhf.callbacks.ConsistencyAnswerReward"
-    assert answer["init_args"] == {"tags": ["Result"], "prefix": " <Result>Response"}
+    assert answer["init_args"] == {
+        "tags": ["Result"],
+        "prefix": " <Result>Response 1 is",
+        "suffix": " than Response 2</Result>",
+    }
     rft = yaml.safe_load((tmp_path / "rft-seed0.yaml").read_text())
     assert rft["model"]["init_args"]["mode"] == "rft"
     assert all("Consistency" not in c["class_path"] for c in rft["trainer"]["callbacks"])
