@@ -36,6 +36,7 @@ from lit_rlhf.algos.ppo_losses import (
     clipped_value_loss,
     explained_variance,
 )
+from lit_rlhf.algos.reflection import confidence, reflective_vote, select_anchor
 from lit_rlhf.algos.trust_region import TrustRegionMode, trust_region_entropy
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "answer_rewards",
     "clipped_policy_loss",
     "clipped_value_loss",
+    "confidence",
     "critique_bonus",
     "critique_text",
     "entropy_and_top1",
@@ -72,7 +74,9 @@ __all__ = [
     "masked_whiten",
     "parse_verdict",
     "pseudo_label",
+    "reflective_vote",
     "rloo_advantages",
+    "select_anchor",
     "token_level_rewards",
     "token_log_probs",
     "trust_region_entropy",
