@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, Metric
 
@@ -98,14 +99,28 @@ class JudgeMetrics(nn.Module):
             metric.update(correct[picked])
 
     def compute(self) -> dict[str, Tensor]:
+        self._align_subsets()
         out = {
             "accuracy": self.accuracy.compute(),
             "positional_consistency": self.positional.compute(),
             "format_valid": self.format_valid.compute(),
             "tie_rate": self.tie_rate.compute(),
         }
-        out.update({f"accuracy/{k}": m.compute() for k, m in self.subsets.items()})  # type: ignore[operator]
+        for key in sorted(self.subsets):  # the same order on every rank: each compute syncs
+            out[f"accuracy/{key}"] = self.subsets[key].compute()  # type: ignore[operator]
         return out
+
+    def _align_subsets(self) -> None:
+        """Under torch.distributed, give every rank the union of the subsets any rank saw (an
+        empty metric where it saw none), so every rank syncs the same metrics; otherwise a
+        subset seen by one rank only would leave the others waiting in its all-gather."""
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return
+        seen: list[list[str] | None] = [None] * dist.get_world_size()
+        dist.all_gather_object(seen, sorted(self.subsets))
+        device = self.accuracy.device
+        for key in sorted({k for keys in seen for k in keys or []} - set(self.subsets)):
+            self.subsets[key] = MeanMetric().to(device)
 
     def reset(self) -> None:
         for metric in (self.accuracy, self.format_valid, self.tie_rate, self.positional):
