@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+)
 
 from lit_rlhf.models.builtin import BUILTIN_NAMES, PREFIX, is_builtin, resolve_builtin
 
@@ -55,4 +60,22 @@ def load_causal_lm(
         )
     except OSError as err:
         raise _load_error(name_or_path, err) from err
+    return model.train()
+
+
+def load_reward_model(
+    name_or_path: str, *, pad_token_id: int, dtype: Dtype = "float32"
+) -> PreTrainedModel:
+    """A sequence-classification model with one output (a scalar reward model), in train mode.
+
+    A causal LM checkpoint gets a new, randomly initialised score head (transformers warns);
+    a saved reward model loads whole. ``pad_token_id`` goes into the config: the model reads
+    each sequence's score at its last non-pad token."""
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            resolve(name_or_path), num_labels=1, dtype=getattr(torch, dtype)
+        )
+    except OSError as err:
+        raise _load_error(name_or_path, err) from err
+    model.config.pad_token_id = pad_token_id
     return model.train()

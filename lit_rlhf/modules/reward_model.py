@@ -1,0 +1,214 @@
+"""A scalar reward model: a sequence-classification head on a causal LM, trained on preference
+pairs with the Bradley-Terry loss, ``-log sigmoid(r_chosen - r_rejected - margin)`` (Ouyang et
+al. 2022; the margin as in Llama 2, Touvron et al. 2023).
+
+It reads the same pair rows as :class:`~lit_rlhf.modules.GenerativeRewardModule` (``query``,
+``response_1``, ``response_2``, ``label``: -1 = response 1 better, +1 = response 2 better) from
+the shared :class:`~lit_rlhf.data.PromptDataModule`, steps through the shared
+:class:`~lit_rlhf.training.OptimizerStep` (gradient hooks, clipping, DeepSpeed), and writes a
+folder that ``transformers`` loads back (``export_dir``), which
+:class:`~lit_rlhf.rewards.ScalarRMReward` scores PPO rollouts with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from lightning import LightningModule
+from torch import Tensor
+from torchmetrics import MeanMetric
+from torchmetrics.classification import BinaryAccuracy
+
+from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
+from lit_rlhf.strategies import is_deepspeed
+from lit_rlhf.training import OptimizerStep
+
+
+def conversation_text(tokenizer: Any, query: str, response: str, *, chat_template: bool) -> str:
+    """The text a reward model scores: (query, response) through the tokenizer's chat template
+    when asked and available, else ``query + "\\n\\n" + response``."""
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": query}, {"role": "assistant", "content": response}]
+        return str(tokenizer.apply_chat_template(messages, tokenize=False))
+    return f"{query}\n\n{response}"
+
+
+def chosen_and_rejected(rows: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int]]:
+    """Per row, the index (1 or 2) of the chosen and of the rejected response; a clear error
+    for a row without a -1 / +1 label."""
+    chosen, rejected = [], []
+    for i, row in enumerate(rows):
+        label = row.get("label")
+        if label not in (-1, 1):
+            raise ValueError(
+                f"pair {i} (query {row.get('query_id', '?')!r}) has label={label!r}; a reward "
+                "model trains on labelled pairs only (-1: response 1 better, +1: response 2). "
+                "Fix: use a labelled source, and leave PreferencePairs(keep_ties=False)."
+            )
+        chosen.append(1 if label == -1 else 2)
+        rejected.append(2 if label == -1 else 1)
+    return chosen, rejected
+
+
+class RewardModelModule(LightningModule):
+    """Args:
+    model: the base: hub id, local folder, or ``builtin:<name>`` (a causal LM gets a new score
+        head; a saved reward model continues).
+    tokenizer: a tokenizer object; the CLI links the DataModule's.
+    lr, weight_decay, max_grad_norm: AdamW and clipping.
+    margin: subtracted from ``r_chosen - r_rejected`` inside the loss (0: plain Bradley-Terry).
+    micro_batch_size: pairs per forward/backward (gradient accumulation within a batch).
+    max_length: tokens per sequence (longer ones are cut from the left, keeping the response).
+    chat_template: render (query, response) with the tokenizer's chat template.
+    dtype: the model's weights.
+    export_dir: where the trained model and tokenizer are saved at the end of ``fit``
+        (``save_pretrained``; None, or a ``fast_dev_run``: not saved).
+    """
+
+    def __init__(
+        self,
+        model: str = "builtin:tiny-llama",
+        tokenizer: Any = None,
+        lr: float = 1e-5,
+        weight_decay: float = 0.0,
+        max_grad_norm: float | None = 1.0,
+        margin: float = 0.0,
+        micro_batch_size: int = 8,
+        max_length: int = 1024,
+        chat_template: bool = True,
+        dtype: Dtype = "float32",
+        export_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer"])
+        if not lr > 0 or weight_decay < 0 or margin < 0:
+            raise ValueError(
+                f"need lr > 0, weight_decay >= 0 and margin >= 0; got lr={lr}, "
+                f"weight_decay={weight_decay}, margin={margin}"
+            )
+        if micro_batch_size < 1 or max_length < 2:
+            raise ValueError(
+                f"need micro_batch_size >= 1 and max_length >= 2; got {micro_batch_size}, "
+                f"{max_length}"
+            )
+        self.automatic_optimization = False
+        self.step_optimizer = OptimizerStep(max_grad_norm=max_grad_norm)
+        self.tokenizer = tokenizer
+        self.model: Any = None
+        self.val_accuracy, self.val_loss = BinaryAccuracy(), MeanMetric()
+        self.test_accuracy = BinaryAccuracy()
+
+    @property
+    def hp(self) -> Any:
+        return self.hparams
+
+    def configure_model(self) -> None:
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        self.step_optimizer.configure(strategy)
+        if self.model is not None:
+            return
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.hp.model)
+        self.model = load_reward_model(
+            self.hp.model, pad_token_id=self.tokenizer.pad_token_id, dtype=self.hp.dtype
+        )
+
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+
+    # ----------------------------------------------------------------- scoring
+    def score(self, queries: Sequence[str], responses: Sequence[str]) -> Tensor:
+        """``[N]`` rewards of (query, response) pairs, with the gradient when enabled."""
+        texts = [
+            conversation_text(self.tokenizer, q, r, chat_template=self.hp.chat_template)
+            for q, r in zip(queries, responses, strict=True)
+        ]
+        side, self.tokenizer.truncation_side = self.tokenizer.truncation_side, "left"
+        try:
+            enc = self.tokenizer(
+                texts,
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=self.hp.max_length,
+                add_special_tokens=False,
+            ).to(self.device)
+        finally:
+            self.tokenizer.truncation_side = side
+        return self.model(**enc).logits[:, 0].float()
+
+    def pair_rewards(self, rows: Sequence[Mapping[str, Any]]) -> tuple[Tensor, Tensor]:
+        """(r_chosen, r_rejected) for labelled pair rows, in one forward."""
+        chosen, rejected = chosen_and_rejected(rows)
+        queries = [str(row["query"]) for row in rows] * 2
+        responses = [str(row[f"response_{i}"]) for row, i in zip(rows, chosen, strict=True)]
+        responses += [str(row[f"response_{i}"]) for row, i in zip(rows, rejected, strict=True)]
+        rewards = self.score(queries, responses)
+        return rewards[: len(rows)], rewards[len(rows) :]
+
+    def bradley_terry(self, r_chosen: Tensor, r_rejected: Tensor) -> Tensor:
+        """Per pair, ``-log sigmoid(r_chosen - r_rejected - margin)``."""
+        return -F.logsigmoid(r_chosen - r_rejected - self.hp.margin)
+
+    # ---------------------------------------------------------------- training
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        rows = batch["row"]
+        size = self.hp.micro_batch_size
+        micro = [rows[i : i + size] for i in range(0, len(rows), size)]
+        margins: list[Tensor] = []
+
+        def loss_fn(part: Sequence[Mapping[str, Any]]) -> Tensor:
+            r_chosen, r_rejected = self.pair_rewards(part)
+            margins.append((r_chosen - r_rejected).detach())
+            loss = self.bradley_terry(r_chosen, r_rejected).sum() / len(rows)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"non-finite Bradley-Terry loss at step {self.global_step}; check the data "
+                    "and lower lr (or use dtype float32)"
+                )
+            return loss
+
+        stats = self.step_optimizer(self, self.optimizers(), micro, loss_fn)
+        gap = torch.cat(margins)
+        loss = self.bradley_terry(gap + self.hp.margin, torch.zeros_like(gap)).mean()
+        logged = {
+            "train/loss": loss,
+            "train/accuracy": (gap > 0).float().mean(),
+            "train/reward_gap": gap.mean(),
+            **stats,
+        }
+        self.log_dict(logged, batch_size=len(rows), prog_bar=False)
+        return loss
+
+    # ------------------------------------------------------- validation / test
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        r_chosen, r_rejected = self.pair_rewards(batch["row"])
+        right = (r_chosen > r_rejected).long()  # a tie counts as wrong
+        self.val_accuracy.update(right, torch.ones_like(right))
+        self.val_loss.update(self.bradley_terry(r_chosen, r_rejected))
+        self.log("val/accuracy", self.val_accuracy, batch_size=len(r_chosen))
+        self.log("val/loss", self.val_loss, batch_size=len(r_chosen))
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        r_chosen, r_rejected = self.pair_rewards(batch["row"])
+        right = (r_chosen > r_rejected).long()
+        self.test_accuracy.update(right, torch.ones_like(right))
+        self.log("test/accuracy", self.test_accuracy, batch_size=len(r_chosen))
+
+    def on_fit_end(self) -> None:
+        if self.hp.export_dir is None or self.trainer.fast_dev_run:  # a smoke run exports nothing
+            return
+        if is_deepspeed(self.trainer.strategy):
+            raise NotImplementedError(
+                "export_dir under DeepSpeed is not supported yet (the weights are partitioned). "
+                "Fix: convert the checkpoint with DeepSpeed's zero_to_fp32 and load it into "
+                "RewardModelModule on one process, or train with ddp."
+            )
+        if self.trainer.is_global_zero:
+            self.model.save_pretrained(self.hp.export_dir)
+            self.tokenizer.save_pretrained(self.hp.export_dir)
+        self.trainer.strategy.barrier()

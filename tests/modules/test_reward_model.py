@@ -1,0 +1,91 @@
+"""The Bradley-Terry reward model: the loss and pair rules by hand, a tiny model that learns a
+preference on the shared pair DataModule, and the exported folder that transformers loads."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from lit_rlhf.data import PreferencePairs, PromptDataModule
+from lit_rlhf.modules import RewardModelModule
+from lit_rlhf.modules.reward_model import chosen_and_rejected, conversation_text
+from tests.helpers import quiet_trainer
+
+
+def test_bradley_terry_loss_and_margin_by_hand() -> None:
+    module = RewardModelModule(margin=0.5)
+    loss = module.bradley_terry(torch.tensor([2.0, 0.0]), torch.tensor([1.0, 0.0]))
+    # -log sigmoid(2 - 1 - 0.5) = log(1 + e^-0.5); -log sigmoid(-0.5) = log(1 + e^0.5)
+    assert loss.tolist() == pytest.approx([math.log1p(math.exp(-0.5)), math.log1p(math.exp(0.5))])
+
+
+def test_pairs_map_labels_to_chosen_and_refuse_unlabelled() -> None:
+    assert chosen_and_rejected([{"label": -1}, {"label": 1}]) == ([1, 2], [2, 1])
+    with pytest.raises(ValueError, match=r"pair 1 \(query 'q7'\) has label=None.*keep_ties"):
+        chosen_and_rejected([{"label": 1}, {"label": None, "query_id": "q7"}])
+
+
+def test_settings_are_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="lr > 0"):
+        RewardModelModule(lr=-1e-5)
+    with pytest.raises(ValueError, match="margin >= 0"):
+        RewardModelModule(margin=-1.0)
+    with pytest.raises(ValueError, match="micro_batch_size >= 1"):
+        RewardModelModule(micro_batch_size=0)
+
+
+def test_conversation_text_without_a_chat_template() -> None:
+    class Plain:
+        chat_template = None
+
+    assert conversation_text(Plain(), "Q?", "A.", chat_template=True) == "Q?\n\nA."
+
+
+def _pairs_file(path: Path, n: int, offset: int) -> str:
+    # the chosen response always says "yes", the rejected "no": learnable by a tiny model
+    rows = [
+        {"prompt": f"question {i}", "chosen": "yes", "rejected": "no", "id": offset + i}
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_a_tiny_reward_model_learns_a_preference_and_exports(tmp_path: Path) -> None:
+    train = PreferencePairs(_pairs_file(tmp_path / "train.jsonl", 96, 0), schema="rewardbench")
+    val = PreferencePairs(
+        _pairs_file(tmp_path / "val.jsonl", 16, 1000), schema="rewardbench", swap="both"
+    )
+    data = PromptDataModule(
+        "builtin:tiny-llama", train=train, val=val, batch_size=8, val_batch_size=16
+    )
+    export = tmp_path / "hf"
+    module = RewardModelModule(lr=1e-3, micro_batch_size=4, max_length=64, export_dir=str(export))
+
+    def validate() -> float:
+        return quiet_trainer(tmp_path).validate(module, datamodule=data, verbose=False)[0][
+            "val/accuracy"
+        ]
+
+    before = validate()
+    quiet_trainer(tmp_path, num_sanity_val_steps=0, limit_val_batches=0).fit(module, data)
+    after = validate()
+    assert after == 1.0 and after > before, (before, after)
+    # the exported folder loads back in transformers and scores exactly like the module
+    loaded = AutoModelForSequenceClassification.from_pretrained(export).eval()
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    module.model.eval()
+    with torch.no_grad():
+        mine = module.score(["question 1", "question 1"], ["yes", "no"])
+        text = [
+            conversation_text(tokenizer, "question 1", r, chat_template=True) for r in ["yes", "no"]
+        ]
+        enc = tokenizer(text, return_tensors="pt", padding=True, add_special_tokens=False)
+        theirs = loaded(**enc).logits[:, 0]
+    torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+    assert mine[0] > mine[1]
