@@ -16,7 +16,7 @@ a run's ``template`` column says exactly what the judge saw.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -192,6 +192,18 @@ def judge_rows(
                 }
             )
     return rows
+
+
+def require_label(row: Mapping[str, Any], index: int, *, user: str, fix: str) -> int:
+    """The row's gold label, -1 (response 1 better) or +1 (response 2 better); a ValueError
+    naming the row, its query, what needs the label (``user``) and the ``fix`` otherwise."""
+    label = row.get("label")
+    if label not in (-1, 1):
+        raise ValueError(
+            f"row {index} (query {row.get('query_id', '?')!r}) has label={label!r}; {user} needs "
+            f"-1 (response 1 better) or +1 (response 2 better). Fix: {fix}"
+        )
+    return int(label)
 
 
 def seeded_coin(seed: int, key: str, salt: str) -> bool:

@@ -22,6 +22,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAccuracy
 
+from lit_rlhf.data.judge_templates import require_label
 from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
 from lit_rlhf.strategies import is_deepspeed
 from lit_rlhf.training import OptimizerStep
@@ -41,13 +42,12 @@ def chosen_and_rejected(rows: Sequence[Mapping[str, Any]]) -> tuple[list[int], l
     for a row without a -1 / +1 label."""
     chosen, rejected = [], []
     for i, row in enumerate(rows):
-        label = row.get("label")
-        if label not in (-1, 1):
-            raise ValueError(
-                f"pair {i} (query {row.get('query_id', '?')!r}) has label={label!r}; a reward "
-                "model trains on labelled pairs only (-1: response 1 better, +1: response 2). "
-                "Fix: use a labelled source, and leave PreferencePairs(keep_ties=False)."
-            )
+        label = require_label(
+            row,
+            i,
+            user="a reward model (it trains on labelled pairs only)",
+            fix="use a labelled source, and leave PreferencePairs(keep_ties=False).",
+        )
         chosen.append(1 if label == -1 else 2)
         rejected.append(2 if label == -1 else 1)
     return chosen, rejected
@@ -200,7 +200,9 @@ class RewardModelModule(LightningModule):
         self.log("test/accuracy", self.test_accuracy, batch_size=len(r_chosen))
 
     def on_fit_end(self) -> None:
-        if self.hp.export_dir is None or self.trainer.fast_dev_run:  # a smoke run exports nothing
+        if self.hp.export_dir is None or getattr(
+            self.trainer, "fast_dev_run", False
+        ):  # a smoke run exports nothing
             return
         if is_deepspeed(self.trainer.strategy):
             raise NotImplementedError(

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 
 from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat
+from lit_rlhf.data.judge_templates import require_label
 from lit_rlhf.rewards.base import check_batch_lengths
 from lit_rlhf.types import RewardOutput
 
@@ -92,11 +93,9 @@ class JudgeReward:
 
 def gold_label(row: Mapping[str, Any], index: int) -> int:
     """The row's gold label, -1 or +1; a clear error for a missing or malformed one."""
-    label = row.get("label")
-    if label not in (-1, 1):
-        raise ValueError(
-            f"row {index} (query {row.get('query_id', '?')!r}) has label={label!r}; JudgeReward "
-            "in gold mode (RFT) needs -1 (response 1 better) or +1 (response 2 better). Fix: use "
-            "labelled pairs, or mode='format' with the ConsistRM consistency callbacks."
-        )
-    return int(label)
+    return require_label(
+        row,
+        index,
+        user="JudgeReward in gold mode (RFT)",
+        fix="use labelled pairs, or mode='format' with the ConsistRM consistency callbacks.",
+    )

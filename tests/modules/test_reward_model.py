@@ -26,7 +26,9 @@ def test_bradley_terry_loss_and_margin_by_hand() -> None:
 
 def test_pairs_map_labels_to_chosen_and_refuse_unlabelled() -> None:
     assert chosen_and_rejected([{"label": -1}, {"label": 1}]) == ([1, 2], [2, 1])
-    with pytest.raises(ValueError, match=r"pair 1 \(query 'q7'\) has label=None.*keep_ties"):
+    with pytest.raises(
+        ValueError, match=r"row 1 \(query 'q7'\) has label=None; a reward model.*keep_ties"
+    ):
         chosen_and_rejected([{"label": 1}, {"label": None, "query_id": "q7"}])
 
 
