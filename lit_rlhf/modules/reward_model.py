@@ -24,17 +24,9 @@ from torchmetrics.classification import BinaryAccuracy
 
 from lit_rlhf.data.judge_templates import require_label
 from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
+from lit_rlhf.models.scoring import conversation_text, score_texts
 from lit_rlhf.strategies import is_deepspeed
 from lit_rlhf.training import OptimizerStep
-
-
-def conversation_text(tokenizer: Any, query: str, response: str, *, chat_template: bool) -> str:
-    """The text a reward model scores: (query, response) through the tokenizer's chat template
-    when asked and available, else ``query + "\\n\\n" + response``."""
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": query}, {"role": "assistant", "content": response}]
-        return str(tokenizer.apply_chat_template(messages, tokenize=False))
-    return f"{query}\n\n{response}"
 
 
 def chosen_and_rejected(rows: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int]]:
@@ -127,19 +119,9 @@ class RewardModelModule(LightningModule):
             conversation_text(self.tokenizer, q, r, chat_template=self.hp.chat_template)
             for q, r in zip(queries, responses, strict=True)
         ]
-        side, self.tokenizer.truncation_side = self.tokenizer.truncation_side, "left"
-        try:
-            enc = self.tokenizer(
-                texts,
-                return_tensors="pt",
-                padding=True,
-                truncation=True,
-                max_length=self.hp.max_length,
-                add_special_tokens=False,
-            ).to(self.device)
-        finally:
-            self.tokenizer.truncation_side = side
-        return self.model(**enc).logits[:, 0].float()
+        return score_texts(
+            self.model, self.tokenizer, texts, max_length=self.hp.max_length, device=self.device
+        )
 
     def pair_rewards(self, rows: Sequence[Mapping[str, Any]]) -> tuple[Tensor, Tensor]:
         """(r_chosen, r_rejected) for labelled pair rows, in one forward."""

@@ -5,6 +5,7 @@ from lit_rlhf.rewards.combine import WeightedRewards
 from lit_rlhf.rewards.countdown import CountdownReward
 from lit_rlhf.rewards.judge import JudgeReward
 from lit_rlhf.rewards.math import MathReward
+from lit_rlhf.rewards.reward_model import ScalarRMReward
 from lit_rlhf.rewards.simple import DigitFractionReward
 
 __all__ = [
@@ -13,5 +14,6 @@ __all__ = [
     "JudgeReward",
     "MathReward",
     "RewardFunction",
+    "ScalarRMReward",
     "WeightedRewards",
 ]

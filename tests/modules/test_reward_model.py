@@ -12,8 +12,9 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from lit_rlhf.data import PreferencePairs, PromptDataModule
+from lit_rlhf.models.scoring import conversation_text
 from lit_rlhf.modules import RewardModelModule
-from lit_rlhf.modules.reward_model import chosen_and_rejected, conversation_text
+from lit_rlhf.modules.reward_model import chosen_and_rejected
 from tests.helpers import quiet_trainer
 
 
