@@ -2,7 +2,11 @@
 generative reward models, judge templates, and the prompt data module."""
 
 from lit_rlhf.data.countdown import countdown_question, generate_countdown
-from lit_rlhf.data.judge_templates import JUDGE_TEMPLATES, render_judge_prompt
+from lit_rlhf.data.judge_templates import (
+    JUDGE_TEMPLATES,
+    render_judge_prompt,
+    render_reflection_prompt,
+)
 from lit_rlhf.data.pairs import PreferencePairs
 from lit_rlhf.data.prompts import PromptDataModule, collate_prompts
 from lit_rlhf.data.sources import CountdownPrompts, FilePrompts, PromptSource
@@ -20,4 +24,5 @@ __all__ = [
     "countdown_question",
     "generate_countdown",
     "render_judge_prompt",
+    "render_reflection_prompt",
 ]

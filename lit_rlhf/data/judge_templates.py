@@ -31,14 +31,31 @@ RESULT_1_WORSE = "Response 1 is worse than Response 2"  # the same verdict as RE
 @dataclass(frozen=True)
 class JudgeTemplate:
     """One judge instruction: ``text`` is a ``str.format`` template over ``{prompt}``,
-    ``{response_1}`` and ``{response_2}`` (literal braces written ``{{ }}``)."""
+    ``{response_1}`` and ``{response_2}`` (literal braces written ``{{ }}``); an analysis-
+    preference template (``subject="Critique"``) also takes ``{critique_1}`` and
+    ``{critique_2}``."""
 
     name: str
     description: str
     text: str
+    subject: str = "Response"  # what the verdict compares: "Response" or "Critique"
 
 
-_CONSISTRM_V1 = f"""You are an impartial judge. Compare two AI assistant responses to the query \
+# the delimited query and responses every long template ends with (or continues from)
+_PAIR_BLOCK = """[Query]
+{prompt}
+[End of Query]
+
+[Response 1]
+{response_1}
+[End of Response 1]
+
+[Response 2]
+{response_2}
+[End of Response 2]"""
+
+_CONSISTRM_V1 = (
+    f"""You are an impartial judge. Compare two AI assistant responses to the query \
 below and decide which one is better.
 1. In <Criterion>...</Criterion>, list the criteria that matter most for this particular query \
 (e.g. correctness, helpfulness, harmlessness, clarity), most important first.
@@ -48,17 +65,9 @@ Do not let the order of the responses or their length sway you.
 {RESULT_1_BETTER}
 {RESULT_2_BETTER}
 
-[Query]
-{{prompt}}
-[End of Query]
-
-[Response 1]
-{{response_1}}
-[End of Response 1]
-
-[Response 2]
-{{response_2}}
-[End of Response 2]"""
+"""
+    + _PAIR_BLOCK
+)
 
 _CONSISTRM_V1_SHORT = f"""Which response answers the query better?
 Query: {{prompt}}
@@ -92,6 +101,42 @@ Does Response 1 answer the question correctly? Reply <Result>{RESULT_1_BETTER}</
 <Result>{RESULT_1_WORSE}</Result>.
 Judgment:"""
 
+_REFLECTRM_V1 = (
+    f"""Compare two AI assistant responses to the query below and decide which one \
+is better. First analyse both in <Analysis>...</Analysis> (correctness first, then helpfulness \
+and clarity; ignore their order and length), then write exactly one of these sentences in \
+<Result>...</Result>:
+{RESULT_1_BETTER}
+{RESULT_2_BETTER}
+
+"""
+    + _PAIR_BLOCK
+)
+
+CRITIQUE_1_BETTER = "Critique 1 is better than Critique 2"
+CRITIQUE_2_BETTER = "Critique 2 is better than Critique 1"
+
+_REFLECTRM_CRITIQUE_V1 = (
+    f"""Two critiques below compare the same two responses to a query. \
+Decide which critique judges the responses more accurately. First analyse both critiques in \
+<Analysis>...</Analysis> (are their claims about the responses true? is their conclusion \
+right?), then write exactly one of these sentences in <Result>...</Result>:
+{CRITIQUE_1_BETTER}
+{CRITIQUE_2_BETTER}
+
+"""
+    + _PAIR_BLOCK
+    + """
+
+[Critique 1]
+{critique_1}
+[End of Critique 1]
+
+[Critique 2]
+{critique_2}
+[End of Critique 2]"""
+)
+
 JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
     "consistrm-v1": JudgeTemplate(
         name="consistrm-v1",
@@ -117,6 +162,20 @@ JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
         ),
         text=_VERDICT_SHORT_V1,
     ),
+    "reflectrm-v1": JudgeTemplate(
+        name="reflectrm-v1",
+        description="ReflectRM response preference: analysis then result (tags: Analysis, Result)",
+        text=_REFLECTRM_V1,
+    ),
+    "reflectrm-critique-v1": JudgeTemplate(
+        name="reflectrm-critique-v1",
+        description=(
+            "ReflectRM analysis preference (self-reflection): which of two critiques of the same "
+            "pair is better, 'Critique X is better than Critique Y' (tags: Analysis, Result)"
+        ),
+        text=_REFLECTRM_CRITIQUE_V1,
+        subject="Critique",
+    ),
 }
 
 
@@ -134,8 +193,31 @@ def judge_template(name: str) -> JudgeTemplate:
 def render_judge_prompt(name: str, *, prompt: str, response_1: str, response_2: str) -> str:
     """The judge's user message for one ordered pair (the chat template is applied later, by
     :class:`~lit_rlhf.data.PromptDataModule`). Braces in the texts are kept as they are."""
-    return judge_template(name).text.format(
-        prompt=prompt, response_1=response_1, response_2=response_2
+    template = judge_template(name)
+    if template.subject != "Response":
+        raise ValueError(
+            f"template {name!r} compares critiques; render it with render_reflection_prompt"
+        )
+    return template.text.format(prompt=prompt, response_1=response_1, response_2=response_2)
+
+
+def render_reflection_prompt(
+    name: str, *, prompt: str, response_1: str, response_2: str, critique_1: str, critique_2: str
+) -> str:
+    """The judge's user message comparing two critiques of one ordered pair (ReflectRM's
+    analysis preference); ``name`` must be a ``subject="Critique"`` template."""
+    template = judge_template(name)
+    if template.subject != "Critique":
+        raise ValueError(
+            f"template {name!r} compares responses, not critiques. Fix: use one of "
+            + ", ".join(n for n, t in JUDGE_TEMPLATES.items() if t.subject == "Critique")
+        )
+    return template.text.format(
+        prompt=prompt,
+        response_1=response_1,
+        response_2=response_2,
+        critique_1=critique_1,
+        critique_2=critique_2,
     )
 
 
@@ -213,7 +295,11 @@ def seeded_coin(seed: int, key: str, salt: str) -> bool:
 
 def check_pair_options(template: str, swap: str, num_examples: int | None) -> None:
     """Validates the arguments every pair source shares, at construction (config) time."""
-    judge_template(template)
+    if judge_template(template).subject != "Response":
+        raise ValueError(
+            f"template {template!r} compares critiques, and a pair source renders response "
+            "pairs. Fix: use a response template, e.g. reflectrm-v1 or consistrm-v1."
+        )
     if swap not in _SWAP_MODES:
         raise ValueError(f"swap must be one of {_SWAP_MODES}, got {swap!r}")
     if num_examples is not None and num_examples < 1:

@@ -17,6 +17,7 @@ from lit_rlhf.data import (
     PromptDataModule,
     SyntheticPairs,
     render_judge_prompt,
+    render_reflection_prompt,
 )
 from lit_rlhf.rewards.countdown import evaluate_expression, extract_answer
 
@@ -58,7 +59,7 @@ def chosen_of(row: dict) -> str:
 
 def test_templates_render_the_pair_and_the_result_sentences() -> None:
     assert {"consistrm-v1", "consistrm-v1-short"} <= set(JUDGE_TEMPLATES)
-    for name in JUDGE_TEMPLATES:
+    for name in [n for n, t in JUDGE_TEMPLATES.items() if t.subject == "Response"]:
         text = render_judge_prompt(name, prompt="QQ{x}?", response_1="AA {1}", response_2="BB-2")
         assert text.index("QQ{x}?") < text.index("AA {1}") < text.index("BB-2")  # braces kept
         assert "Response 1 is better than Response 2" in text
@@ -66,12 +67,36 @@ def test_templates_render_the_pair_and_the_result_sentences() -> None:
         other = "Response 1 is worse than" if name == "verdict-short-v1" else "Response 2 is better"
         assert other in text
         # verdict-only templates ask for the result tag alone
-        tags = ("Result",) if name.startswith("verdict") else ("Criterion", "Analysis", "Result")
+        tags = {"verdict": ("Result",), "reflectrm": ("Analysis", "Result")}.get(
+            name.split("-")[0], ("Criterion", "Analysis", "Result")
+        )
         assert all(f"<{tag}>" in text for tag in tags)
     full = render_judge_prompt("consistrm-v1", prompt="P", response_1="R1", response_2="R2")
     assert "[Response 1]\nR1\n[End of Response 1]" in full
     with pytest.raises(ValueError, match=r"unknown judge template 'v9'.*consistrm-v1-short"):
         render_judge_prompt("v9", prompt="P", response_1="a", response_2="b")
+
+
+def test_reflection_template_renders_two_critiques_and_is_kept_apart() -> None:
+    text = render_reflection_prompt(
+        "reflectrm-critique-v1",
+        prompt="Q?",
+        response_1="R1",
+        response_2="R2",
+        critique_1="C {a}",
+        critique_2="C2",
+    )
+    assert text.index("Q?") < text.index("R1") < text.index("R2") < text.index("C {a}")
+    assert text.index("C {a}") < text.index("C2")
+    assert "Critique 1 is better than Critique 2" in text and "<Analysis>" in text
+    with pytest.raises(ValueError, match="render it with render_reflection_prompt"):
+        render_judge_prompt("reflectrm-critique-v1", prompt="Q", response_1="a", response_2="b")
+    with pytest.raises(ValueError, match="compares responses, not critiques"):
+        render_reflection_prompt(
+            "reflectrm-v1", prompt="Q", response_1="a", response_2="b", critique_1="", critique_2=""
+        )
+    with pytest.raises(ValueError, match="compares critiques, and a pair source"):
+        SyntheticPairs(template="reflectrm-critique-v1")
 
 
 def test_pairs_schema_labels_subsets_and_ids(tmp_path: Path) -> None:
