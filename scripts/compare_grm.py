@@ -120,14 +120,16 @@ def plot(csvs: dict[str, list[Path]], path: Path) -> None:
     keys = ("val/accuracy", "val/positional_consistency", "reward/mean")
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5))
     for ax, key in zip(axes, keys, strict=True):
-        for arm, paths in csvs.items():
-            for i, p in enumerate(paths):
+        for colour, (arm, paths) in enumerate(csvs.items()):
+            for i, p in enumerate(paths):  # one colour per arm, one line style per seed
                 if not p.exists():
                     continue
                 points = steps_and_values(read_rows(p), key, step_key="step")
                 if points:
                     xs, ys = zip(*points, strict=True)
-                    ax.plot(xs, ys, marker="o", label=arm if i == 0 else None)
+                    ax.plot(xs, ys, marker="o", markersize=3, color=f"C{colour}",
+                            linestyle=("-", "--", ":", "-.")[i % 4],
+                            label=f"{arm} ({p.parent.name})")  # fmt: skip
         ax.set_title(key)
         ax.set_xlabel("optimizer step")
         ax.legend(fontsize=8)
