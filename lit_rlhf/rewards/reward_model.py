@@ -34,9 +34,8 @@ class ScalarRMReward:
         max_length: tokens per sequence (cut from the left).
         chat_template: render with the reward model tokenizer's chat template.
         center: subtract the running mean of all scores so far (this batch included). Every
-            call updates it, validation rollouts included, and ``PPOModule`` does not checkpoint
-            it yet (``state_dict`` / ``load_state_dict`` exist for that), so a resumed run
-            starts a new mean.
+            call updates it, validation rollouts included; the PPO and judge modules keep it in
+            their checkpoints (``state_dict`` / ``load_state_dict``), so a resume continues it.
         device: where the reward model runs (default: CUDA when available, else CPU).
         dtype: its weights.
 

@@ -130,14 +130,17 @@ class PolicyStep:
         }
 
     def save(self, module: Any, checkpoint: dict[str, Any]) -> None:
-        """``on_save_checkpoint``: the counters, the KL coefficient and the shuffling state go
-        into the checkpoint; the frozen reference (the starting model, reloaded on every start)
-        does not."""
+        """``on_save_checkpoint``: the counters, the KL coefficient, the shuffling state and a
+        stateful reward's ``state_dict()`` go into the checkpoint; the frozen reference (the
+        starting model, reloaded on every start) does not."""
         checkpoint["lit_rlhf"] = {
             "rollout_step": module.rollout_step,
             "kl_coef": module.kl_coef,
             "shuffle_rng": self.shuffle.get_state(),
         }
+        reward_state = getattr(self.collector.reward, "state_dict", None)
+        if callable(reward_state):  # a stateful reward (e.g. ScalarRMReward's running mean)
+            checkpoint["lit_rlhf"]["reward"] = reward_state()
         self.frozen.drop(checkpoint)
 
     def load(self, module: Any, checkpoint: dict[str, Any]) -> None:
@@ -149,6 +152,9 @@ class PolicyStep:
         module.kl_coef = state.get("kl_coef", module.kl_coef)
         if "shuffle_rng" in state:
             self.shuffle.set_state(state["shuffle_rng"])
+        restore = getattr(self.collector.reward, "load_state_dict", None)
+        if "reward" in state and callable(restore):
+            restore(state["reward"])
 
     def close(self) -> None:
         """Release what the generation engine holds outside PyTorch (a vLLM instance); engines
