@@ -103,20 +103,7 @@ class GenerativeRewardModule(LightningModule):
         self.judge_format = JudgeFormat(tuple(tags), subject, response_prefix, response_suffix)
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
-        default = JudgeReward(
-            mode="gold" if mode == "rft" else "format",
-            tags=tags,
-            subject=subject,
-            prefix=response_prefix,
-            suffix=response_suffix,
-        )
-        if isinstance(reward, JudgeReward) and reward.format != self.judge_format:
-            raise ValueError(
-                f"the reward reads judge outputs as {reward.format}, but the module evaluates "
-                f"them as {self.judge_format}. Fix: give the module the same tags, subject, "
-                "response_prefix and response_suffix as the reward (tags/subject/prefix/suffix)."
-            )
-        self.rollouts = RolloutCollector(self.engine, reward or default)
+        self.rollouts = RolloutCollector(self.engine, self._judge_reward(reward, mode))
         self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)
@@ -125,6 +112,26 @@ class GenerativeRewardModule(LightningModule):
         self.critic: Any = None
         self.ref_policy: Any = None
         self.val_metrics, self.test_metrics = JudgeMetrics(), JudgeMetrics()
+
+    def _judge_reward(self, reward: RewardFunction | None, mode: str) -> RewardFunction:
+        """The given reward (a ``JudgeReward`` must read outputs as the evaluation does), or
+        the default ``JudgeReward``: gold labels for rft, the format alone for consistrm."""
+        fmt = self.judge_format
+        if reward is None:
+            return JudgeReward(
+                mode="gold" if mode == "rft" else "format",
+                tags=fmt.tags,
+                subject=fmt.subject,
+                prefix=fmt.prefix,
+                suffix=fmt.suffix,
+            )
+        if isinstance(reward, JudgeReward) and reward.format != fmt:
+            raise ValueError(
+                f"the reward reads judge outputs as {reward.format}, but the module evaluates "
+                f"them as {fmt}. Fix: give the module the same tags, subject, "
+                "response_prefix and response_suffix as the reward (tags/subject/prefix/suffix)."
+            )
+        return reward
 
     @property
     def hp(self) -> Any:
