@@ -141,12 +141,15 @@ class RewardModelModule(LightningModule):
         rows = batch["row"]
         size = self.hp.micro_batch_size
         micro = [rows[i : i + size] for i in range(0, len(rows), size)]
-        margins: list[Tensor] = []
+        gaps: list[Tensor] = []
+        losses: list[Tensor] = []
 
         def loss_fn(part: Sequence[Mapping[str, Any]]) -> Tensor:
             r_chosen, r_rejected = self.pair_rewards(part)
-            margins.append((r_chosen - r_rejected).detach())
-            loss = self.bradley_terry(r_chosen, r_rejected).sum() / len(rows)
+            per_pair = self.bradley_terry(r_chosen, r_rejected)
+            gaps.append((r_chosen - r_rejected).detach())
+            losses.append(per_pair.detach())
+            loss = per_pair.sum() / len(rows)
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"non-finite Bradley-Terry loss at step {self.global_step}; check the data "
@@ -155,8 +158,7 @@ class RewardModelModule(LightningModule):
             return loss
 
         stats = self.step_optimizer(self, self.optimizers(), micro, loss_fn)
-        gap = torch.cat(margins)
-        loss = self.bradley_terry(gap + self.hp.margin, torch.zeros_like(gap)).mean()
+        gap, loss = torch.cat(gaps), torch.cat(losses).mean()  # loss: the one optimised
         logged = {
             "train/loss": loss,
             "train/accuracy": (gap > 0).float().mean(),
