@@ -51,7 +51,7 @@ class ConsistencyAnswerReward(Callback):
     initial_memory: optional JSONL of ``{"query_id": ..., "labels": [-1, 1, ...]}`` rows (e.g.
         the starting model's verdicts) that seeds the memory.
     tags, subject, prefix, suffix: the judge output format, the data's assistant pre-fill and
-        a fixed ending (see ``JudgeReward``).
+        a fixed ending (see ``VerdictReward``).
     seed: seeds the eviction tie-break generator (checkpointed).
     """
 

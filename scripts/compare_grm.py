@@ -15,7 +15,7 @@ validation) and ``<out>/curves.png`` (held-out accuracy, positional consistency,
 Departures from the paper: the ``cpu`` preset judges synthetic copy pairs with a one-word
 verdict (SmolLM2-135M writes no usable critiques), so it has no critique reward, and trains
 for 60 steps; the paper trains Qwen3-8B on HelpSteer3 with critiques. ConsistRM's arm uses the
-base config's ``JudgeReward`` in ``format`` mode (same scores, no gold label).
+base config's ``VerdictReward`` in ``format`` mode (same scores, no gold label).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def arm_fragment(arm: str, base: Path, out: Path, seed: int, opts: argparse.Name
             "prefix": model.get("response_prefix", ""),
             "suffix": model.get("response_suffix", ""),
         }
-        if isinstance(model.get("reward"), dict):  # the base's JudgeReward, label-free
+        if isinstance(model.get("reward"), dict):  # the base's VerdictReward, label-free
             reward = {**model["reward"]}
             reward["init_args"] = {**reward.get("init_args", {}), "mode": "format"}
         callbacks = [

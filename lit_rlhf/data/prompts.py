@@ -27,6 +27,7 @@ import datasets
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -122,15 +123,13 @@ class PromptDataModule(LightningDataModule):
 
     def render_prompt(self, question: str) -> str:
         """The prompt text the model sees for one question."""
-        if not self.use_chat_template:
-            text = f"{self.system_prompt}\n\n{question}" if self.system_prompt else question
-            return text + self.response_prefix
-        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        messages.append({"role": "user", "content": question})
-        rendered = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+        return render_chat_prompt(
+            self.tokenizer,
+            question,
+            system_prompt=self.system_prompt,
+            use_chat_template=self.use_chat_template,
+            response_prefix=self.response_prefix,
         )
-        return str(rendered) + self.response_prefix
 
     def train_dataloader(self) -> DataLoader:
         data = self._require(self.train_data, "train")
@@ -213,6 +212,40 @@ class PromptDataModule(LightningDataModule):
         if data is None:
             raise RuntimeError(f"the {split} prompts are not loaded; call setup() first")
         return data
+
+
+def render_chat_prompt(
+    tokenizer: Any,
+    question: str,
+    *,
+    system_prompt: str | None = None,
+    use_chat_template: bool = True,
+    response_prefix: str = "",
+) -> str:
+    """One question as a model's prompt: through the tokenizer's chat template (assistant turn
+    opened) when asked and the tokenizer has one, else the raw question after ``system_prompt``
+    and a blank line; then ``response_prefix``. Shared by :class:`PromptDataModule` and the
+    modules and rewards that write prompts of their own (a judge's reflection prompts, a judge
+    scoring a policy)."""
+    if not (use_chat_template and getattr(tokenizer, "chat_template", None)):
+        text = f"{system_prompt}\n\n{question}" if system_prompt else question
+        return text + response_prefix
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": question})
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return str(rendered) + response_prefix
+
+
+def tokenize_prompts(
+    tokenizer: Any, prompts: Sequence[str], *, chat_rendered: bool, device: Any = None
+) -> tuple[Tensor, Tensor]:
+    """Rendered prompts as a left-padded ``(input_ids, attention_mask)`` batch, tokenized as
+    :class:`PromptDataModule` does: a chat-rendered prompt (``chat_rendered``) carries its own
+    special tokens, a raw one gets the tokenizer's usual ones."""
+    ids = tokenizer(list(prompts), add_special_tokens=not chat_rendered)["input_ids"]
+    rows = [{"input_ids": x, "prompt": "", "query_id": "", "task": ""} for x in ids]
+    batch = collate_prompts(rows, pad_token_id=tokenizer.pad_token_id)
+    return batch["input_ids"].to(device), batch["attention_mask"].to(device)
 
 
 def collate_prompts(rows: Sequence[dict[str, Any]], *, pad_token_id: int) -> dict[str, Any]:

@@ -5,7 +5,7 @@ labels (arXiv 2604.07484).
 The update is the shared core's (``lit_rlhf.training.PolicyStep``: rollout -> experience ->
 clipped GRPO updates), fed by the same ``PromptDataModule`` with a pair source
 (``PreferencePairs``, ``SyntheticPairs``). ``mode: rft`` scores verdicts against the rows' gold
-labels (``JudgeReward(mode="gold")``); ``mode: consistrm`` scores the format only and takes its
+labels (``VerdictReward(mode="gold")``); ``mode: consistrm`` scores the format only and takes its
 answer signal from the ConsistRM reward-term callbacks (``ConsistencyAnswerReward``,
 ``CritiqueConsistencyReward``), which must be in ``trainer.callbacks``.
 
@@ -26,7 +26,7 @@ from lit_rlhf.metrics import JudgeMetrics, majority_verdict
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
 from lit_rlhf.rewards.base import RewardFunction
-from lit_rlhf.rewards.judge import JudgeReward, gold_label
+from lit_rlhf.rewards.verdict import VerdictReward, gold_label
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.training import (
@@ -42,7 +42,7 @@ class GenerativeRewardModule(LightningModule):
     """Args:
     mode: ``rft`` (gold labels) or ``consistrm`` (label-free; needs the consistency callbacks).
     model: the judge: hub id, local folder, or ``builtin:<name>``.
-    reward: overrides the default ``JudgeReward`` (gold for rft, format-only for consistrm).
+    reward: overrides the default ``VerdictReward`` (gold for rft, format-only for consistrm).
     engine: generation engine (HF generate by default, the decode loop or vLLM).
     tokenizer: a tokenizer object; the CLI links the DataModule's.
     samples_per_prompt: K rollouts per judge prompt (the GRPO group).
@@ -114,18 +114,18 @@ class GenerativeRewardModule(LightningModule):
         self.val_metrics, self.test_metrics = JudgeMetrics(), JudgeMetrics()
 
     def _judge_reward(self, reward: RewardFunction | None, mode: str) -> RewardFunction:
-        """The given reward (a ``JudgeReward`` must read outputs as the evaluation does), or
-        the default ``JudgeReward``: gold labels for rft, the format alone for consistrm."""
+        """The given reward (a ``VerdictReward`` must read outputs as the evaluation does), or
+        the default ``VerdictReward``: gold labels for rft, the format alone for consistrm."""
         fmt = self.judge_format
         if reward is None:
-            return JudgeReward(
+            return VerdictReward(
                 mode="gold" if mode == "rft" else "format",
                 tags=fmt.tags,
                 subject=fmt.subject,
                 prefix=fmt.prefix,
                 suffix=fmt.suffix,
             )
-        if isinstance(reward, JudgeReward) and reward.format != fmt:
+        if isinstance(reward, VerdictReward) and reward.format != fmt:
             raise ValueError(
                 f"the reward reads judge outputs as {reward.format}, but the module evaluates "
                 f"them as {fmt}. Fix: give the module the same tags, subject, "

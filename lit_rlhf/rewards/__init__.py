@@ -7,6 +7,7 @@ from lit_rlhf.rewards.judge import JudgeReward
 from lit_rlhf.rewards.math import MathReward
 from lit_rlhf.rewards.reward_model import ScalarRMReward
 from lit_rlhf.rewards.simple import DigitFractionReward
+from lit_rlhf.rewards.verdict import VerdictReward
 
 __all__ = [
     "CountdownReward",
@@ -15,5 +16,6 @@ __all__ = [
     "MathReward",
     "RewardFunction",
     "ScalarRMReward",
+    "VerdictReward",
     "WeightedRewards",
 ]

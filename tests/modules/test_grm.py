@@ -10,7 +10,7 @@ from lit_rlhf.callbacks import ConsistencyAnswerReward, CritiqueConsistencyRewar
 from lit_rlhf.data import PromptDataModule, SyntheticPairs
 from lit_rlhf.metrics import JudgeMetrics, majority_verdict
 from lit_rlhf.modules import GenerativeRewardModule
-from lit_rlhf.rewards.judge import JudgeReward
+from lit_rlhf.rewards.verdict import VerdictReward
 from lit_rlhf.types import GenerationOutput
 from tests.helpers import quiet_trainer
 
@@ -26,19 +26,19 @@ BROKEN = "<Criterion>c</Criterion><Analysis>a"
 
 def test_judge_reward_gold_and_format_modes():
     rows = [{"label": -1}, {"label": -1}, {"label": 1}]
-    gold = JudgeReward(mode="gold")([""] * 3, [GOOD_1, GOOD_2, BROKEN], rows)
+    gold = VerdictReward(mode="gold")([""] * 3, [GOOD_1, GOOD_2, BROKEN], rows)
     # right verdict: 0.1 + 1; wrong verdict: 0.1 - 1; broken: -3 whatever the label
     assert gold.scores.tolist() == pytest.approx([1.1, -0.9, -3.0])
     assert gold.info["correct"].tolist() == [1.0, 0.0, 0.0]
     assert gold.info["format_ok"].tolist() == [1.0, 1.0, 0.0]
     assert gold.info["verdict"].tolist() == [-1.0, 1.0, 0.0]
-    label_free = JudgeReward(mode="format")([""] * 3, [GOOD_1, GOOD_2, BROKEN], [{}] * 3)
+    label_free = VerdictReward(mode="format")([""] * 3, [GOOD_1, GOOD_2, BROKEN], [{}] * 3)
     assert label_free.scores.tolist() == pytest.approx([0.1, 0.1, -3.0])
     assert "correct" not in label_free.info
     with pytest.raises(ValueError, match="needs -1 \\(response 1 better\\) or \\+1"):
-        JudgeReward(mode="gold")([""], [GOOD_1], [{"label": None}])
+        VerdictReward(mode="gold")([""], [GOOD_1], [{"label": None}])
     with pytest.raises(ValueError, match="else a malformed output pays"):
-        JudgeReward(invalid=0.5)
+        VerdictReward(invalid=0.5)
 
 
 def test_judge_metrics_hand_case():
@@ -157,7 +157,7 @@ def test_the_response_prefix_reaches_the_default_reward():
 
 def test_a_one_word_verdict_after_the_short_template_prefix():
     # verdict-short-v1 + prefix "<Result>Response 1 is": "better" and "worse" end alike
-    reward = JudgeReward(tags=("Result",), prefix=" <Result>Response 1 is", format_bonus=0.0)
+    reward = VerdictReward(tags=("Result",), prefix=" <Result>Response 1 is", format_bonus=0.0)
     outs = [" better than Response 2</Result>", " worse than Response 2</Result>", " better"]
     scored = reward(["p"] * 3, outs, [{"label": 1}] * 3)
     assert scored.info["verdict"].tolist() == [-1.0, 1.0, 0.0]
@@ -165,7 +165,7 @@ def test_a_one_word_verdict_after_the_short_template_prefix():
 
 
 def test_a_reward_that_reads_outputs_differently_from_the_evaluation_is_refused():
-    reward = JudgeReward(tags=("Result",), prefix=" <Result>Response 1 is", suffix=" than R 2")
+    reward = VerdictReward(tags=("Result",), prefix=" <Result>Response 1 is", suffix=" than R 2")
     with pytest.raises(ValueError, match=r"the module evaluates them as .*response_suffix"):
         GenerativeRewardModule(tags=("Result",), response_prefix=" <Result>Response 1 is",
                                reward=reward)  # fmt: skip

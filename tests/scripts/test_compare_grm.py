@@ -23,7 +23,7 @@ def test_dry_run_writes_one_fragment_per_arm(tmp_path: Path, capsys) -> None:
     consistrm = yaml.safe_load((tmp_path / "consistrm-seed1.yaml").read_text())
     model = consistrm["model"]["init_args"]
     assert (model["seed"], model["mode"]) == (1, "consistrm")
-    # the base config's JudgeReward, label-free: same scores and format, mode "format"
+    # the base config's VerdictReward, label-free: same scores and format, mode "format"
     assert model["reward"]["init_args"]["mode"] == "format"
     assert model["reward"]["init_args"]["invalid"] == -1.0
     assert consistrm["trainer"]["limit_train_batches"] == 5
