@@ -174,6 +174,7 @@ class JudgeFormat:
         """The whole judgment: prefix + output + suffix."""
         return self.prefix + output + self.suffix
 
-    def verdict(self, output: str) -> int | None:
-        """:func:`judge_verdict` of the whole judgment."""
-        return judge_verdict(self.text(output), tags=self.tags, subject=self.subject)
+    def verdict(self, output: str, subject: str | None = None) -> int | None:
+        """:func:`judge_verdict` of the whole judgment; ``subject`` overrides the format's (a
+        row of ReflectRM's mixed data says whether it compares responses or critiques)."""
+        return judge_verdict(self.text(output), tags=self.tags, subject=subject or self.subject)

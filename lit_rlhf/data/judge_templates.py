@@ -222,26 +222,40 @@ def render_reflection_prompt(
 
 
 class PreferencePair(NamedTuple):
-    """One pair in its canonical order, before order-swap augmentation."""
+    """One pair in its canonical order, before order-swap augmentation. A reflection pair
+    (ReflectRM's analysis preference) also holds two critiques of the pair; its label says which
+    critique is better."""
 
     pair_id: str  # stable: the source's id, or a hash of the texts
     prompt: str  # the query; a multi-turn context rendered as "User: ...\n\nAssistant: ..."
     response_1: str
     response_2: str
-    label: int | None  # -1: response 1 better, +1: response 2 better, None: unlabelled
+    label: int | None  # -1: the first (response or critique) better, +1: the second, None: unknown
     subset: str  # the source's category, "" when none
+    critiques: tuple[str, str] | None = None  # a reflection pair's two critiques
 
     def reversed_order(self) -> PreferencePair:
+        """The pair shown the other way round: the responses swapped, or for a reflection pair
+        the critiques (its critiques name the responses by position, so those stay)."""
         label = None if self.label is None else -self.label
+        if self.critiques is not None:
+            return self._replace(critiques=self.critiques[::-1], label=label)
         return self._replace(response_1=self.response_2, response_2=self.response_1, label=label)
 
 
 def judge_rows(
-    pairs: Iterable[PreferencePair], *, template: str, swap: SwapMode, seed: int, task: str
+    pairs: Iterable[PreferencePair],
+    *,
+    template: str,
+    swap: SwapMode,
+    seed: int,
+    task: str,
+    critique_template: str = "reflectrm-critique-v1",
 ) -> list[dict[str, Any]]:
-    """The rows of ``pairs`` (columns in :mod:`lit_rlhf.data.pairs`) rendered with ``template``,
-    with ``swap`` applied: ``"both"`` puts each pair's swapped copy right after it; ``"random"``
-    flips a pair by a coin seeded by (``seed``, pair id)."""
+    """The rows of ``pairs`` (columns in :mod:`lit_rlhf.data.pairs`) rendered with ``template``
+    (reflection pairs with ``critique_template``), with ``swap`` applied: ``"both"`` puts each
+    pair's swapped copy right after it; ``"random"`` flips a pair by a coin seeded by (``seed``,
+    pair id)."""
     rows = []
     for pair in pairs:
         if swap == "both":
@@ -250,30 +264,42 @@ def judge_rows(
             orders = [swap == "random" and seeded_coin(seed, pair.pair_id, "swap")]
         for swapped in orders:
             shown = pair.reversed_order() if swapped else pair
-            texts = {
-                "query": shown.prompt,
-                "response_1": shown.response_1,
-                "response_2": shown.response_2,
-            }
             rows.append(
                 {
                     "query_id": pair.pair_id + ("#swap" if swapped else ""),
                     "family_id": pair.pair_id,
                     "task": task,
-                    "question": render_judge_prompt(
-                        template,
-                        prompt=shown.prompt,
-                        response_1=shown.response_1,
-                        response_2=shown.response_2,
-                    ),
-                    **texts,
+                    **_rendered(shown, template, critique_template),
                     "label": shown.label,
-                    "subset": shown.subset,
                     "swapped": swapped,
-                    "template": template,
                 }
             )
     return rows
+
+
+def _rendered(pair: PreferencePair, template: str, critique_template: str) -> dict[str, Any]:
+    texts = {"prompt": pair.prompt, "response_1": pair.response_1, "response_2": pair.response_2}
+    if pair.critiques is None:
+        question = render_judge_prompt(template, **texts)
+        critiques: tuple[str | None, str | None] = (None, None)
+        subject, subset = "Response", pair.subset
+    else:
+        critiques = pair.critiques
+        question = render_reflection_prompt(
+            critique_template, **texts, critique_1=critiques[0], critique_2=critiques[1]
+        )
+        subject, subset, template = "Critique", "reflection", critique_template
+    return {
+        "question": question,
+        "query": pair.prompt,
+        "response_1": pair.response_1,
+        "response_2": pair.response_2,
+        "critique_1": critiques[0],
+        "critique_2": critiques[1],
+        "subject": subject,
+        "subset": subset,
+        "template": template,
+    }
 
 
 def require_label(row: Mapping[str, Any], index: int, *, user: str, fix: str) -> int:
@@ -293,12 +319,23 @@ def seeded_coin(seed: int, key: str, salt: str) -> bool:
     return hashlib.sha1(f"{salt}/{seed}/{key}".encode()).digest()[0] % 2 == 1
 
 
-def check_pair_options(template: str, swap: str, num_examples: int | None) -> None:
+def check_pair_options(
+    template: str,
+    swap: str,
+    num_examples: int | None,
+    critique_template: str = "reflectrm-critique-v1",
+) -> None:
     """Validates the arguments every pair source shares, at construction (config) time."""
     if judge_template(template).subject != "Response":
         raise ValueError(
             f"template {template!r} compares critiques, and a pair source renders response "
-            "pairs. Fix: use a response template, e.g. reflectrm-v1 or consistrm-v1."
+            "pairs. Fix: use a response template, e.g. reflectrm-v1 or consistrm-v1 (reflection "
+            "records take critique_template=)."
+        )
+    if judge_template(critique_template).subject != "Critique":
+        raise ValueError(
+            f"critique_template {critique_template!r} compares responses. Fix: use a critique "
+            "template, e.g. reflectrm-critique-v1."
         )
     if swap not in _SWAP_MODES:
         raise ValueError(f"swap must be one of {_SWAP_MODES}, got {swap!r}")

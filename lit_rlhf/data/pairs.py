@@ -13,7 +13,11 @@ trains from the same :class:`~lit_rlhf.data.PromptDataModule` as PPO. Columns of
 - ``query``, ``response_1``, ``response_2`` (str): the query and the responses as shown;
 - ``label`` (int | None): -1 = response 1 better, +1 = response 2 better, None = unlabelled;
   swapping the order negates it;
-- ``subset`` (str, ``""`` when none), ``swapped`` (bool), ``template`` (str, the template name).
+- ``subset`` (str, ``""`` when none; ``"reflection"`` for reflection pairs), ``swapped`` (bool),
+  ``template`` (str, the template name);
+- ``subject`` (str): what the verdict compares, ``"Response"``, or ``"Critique"`` for a ReflectRM
+  reflection pair (analysis preference), whose ``critique_1`` / ``critique_2`` (str, None on
+  other rows) hold the two critiques and whose ``label`` says which critique is better.
 
 The raw query is the ``query`` column (files name it ``prompt``): ``PromptDataModule`` gives
 every row a ``prompt`` of its own, the chat-rendered judge prompt.
@@ -49,7 +53,10 @@ class PreferencePairs:
     a hub dataset, in one of these schemas (fields as on the datasets' cards):
 
     - ``pairs`` (ours): ``prompt``, ``response_1``, ``response_2`` (str); optional ``label``
-      (-1: response 1 better, 1: response 2 better, null: unlabelled), ``subset``, ``id``.
+      (-1: response 1 better, 1: response 2 better, null: unlabelled), ``subset``, ``id``, and
+      ``task``: ``preference`` (the default) or ``reflection``, a ReflectRM analysis-preference
+      record that also has ``critique_1`` and ``critique_2`` (its label: -1 critique 1 better,
+      1 critique 2 better), as ``scripts/build_reflectrm_data.py`` writes them.
     - ``helpsteer3`` (``nvidia/HelpSteer3``, preference): ``context`` (chat turns
       ``{role, content}``; one turn becomes its text, several ``"User: ..\\n\\nAssistant: .."``),
       ``response1``, ``response2``, ``overall_preference`` in -3..3 (< 0: response 1 better,
@@ -71,6 +78,7 @@ class PreferencePairs:
         path: a local file or folder, or a hub dataset id.
         split: split with optional slicing (``"train[:1000]"``); a single file is one split.
         template: the judge template (:data:`~lit_rlhf.data.judge_templates.JUDGE_TEMPLATES`).
+        critique_template: the template of reflection records (a ``subject="Critique"`` one).
         swap: ``none``; ``both`` (each pair in both orders, 2N rows); ``random`` (each pair's
             order flipped by a coin seeded by (``seed``, pair id), N rows).
         seed: seeds the placement and swap coins.
@@ -97,10 +105,12 @@ class PreferencePairs:
         keep_ties: bool = False,
         skip_malformed: bool = False,
         name: str | None = None,
+        critique_template: str = "reflectrm-critique-v1",
     ) -> None:
         if schema not in _SCHEMAS:
             raise ValueError(f"unknown schema {schema!r}; available: {', '.join(_SCHEMAS)}")
-        check_pair_options(template, swap, num_examples)
+        check_pair_options(template, swap, num_examples, critique_template)
+        self.critique_template = critique_template
         self.path, self.schema, self.split, self.name = path, schema, split, name
         self.template, self.swap, self.seed, self.task = template, swap, seed, task
         self.num_examples, self.id_field = num_examples, id_field
@@ -120,7 +130,12 @@ class PreferencePairs:
                 stacklevel=2,
             )
         rows = judge_rows(
-            pairs, template=self.template, swap=self.swap, seed=self.seed, task=self.task
+            pairs,
+            template=self.template,
+            swap=self.swap,
+            seed=self.seed,
+            task=self.task,
+            critique_template=self.critique_template,
         )
         return datasets.Dataset.from_list(rows)
 
@@ -182,8 +197,10 @@ class PreferencePairs:
             if not self.keep_ties:
                 return None
             label = None
-        pair_id = self._pair_id(row, where, schema.id_field, (prompt, first, second))
-        pair = PreferencePair(pair_id, prompt, first, second, label, subset)
+        critiques = _critiques(row, where) if self.schema == "pairs" else None
+        texts = (prompt, first, second) + (critiques or ())
+        pair_id = self._pair_id(row, where, schema.id_field, texts)
+        pair = PreferencePair(pair_id, prompt, first, second, label, subset, critiques)
         if schema.chosen_first and seeded_coin(self.seed, pair_id, "place"):
             pair = pair.reversed_order()
         return pair
@@ -219,6 +236,26 @@ def _text(row: Mapping[str, Any], field: str, where: str) -> str:
             "or remove the row, or choose the schema= that matches the data."
         )
     return value
+
+
+def _critiques(row: Mapping[str, Any], where: str) -> tuple[str, str] | None:
+    """A ``pairs`` row's critiques when its ``task`` is ``reflection``; None for a preference
+    row."""
+    task = row.get("task")
+    if task in (None, "", "preference"):
+        return None
+    if task != "reflection":
+        raise MalformedRow(
+            f"{where}: field 'task' must be 'preference' or 'reflection' (or absent), got "
+            f"{task!r:.60}. Fix: repair the row, or rename a task column of another meaning."
+        )
+    critiques = _text(row, "critique_1", where), _text(row, "critique_2", where)
+    if critiques[0].strip() == critiques[1].strip():
+        raise MalformedRow(
+            f"{where}: field 'critique_2' is identical to 'critique_1', so the reflection record "
+            "has no preference. Fix: remove the row."
+        )
+    return critiques
 
 
 def _integer(value: Any) -> int | None:

@@ -81,10 +81,14 @@ class JudgeMetrics(nn.Module):
         labels: Sequence[int],
         families: Sequence[str],
         subsets: Sequence[str],
+        verdicts: Sequence[int] | None = None,
     ) -> None:
         """votes: per judgement, the parsed verdict of each sample (None = invalid); labels: the
-        gold -1 / +1; families: pair family ids; subsets: subset names ("" = none)."""
-        verdicts = [majority_verdict(v) for v in votes]
+        gold -1 / +1; families: pair family ids; subsets: subset names ("" = none); verdicts:
+        the final verdicts (-1 / +1, 0 = none), when not the majority of the votes (ReflectRM's
+        reflective inference)."""
+        if verdicts is None:
+            verdicts = [majority_verdict(v) for v in votes]
         correct = torch.tensor([float(v == y) for v, y in zip(verdicts, labels, strict=True)])
         self.accuracy.update(correct)
         self.tie_rate.update(torch.tensor([float(v == 0) for v in verdicts]))

@@ -7,11 +7,16 @@ clipped GRPO updates), fed by the same ``PromptDataModule`` with a pair source
 (``PreferencePairs``, ``SyntheticPairs``). ``mode: rft`` scores verdicts against the rows' gold
 labels (``VerdictReward(mode="gold")``); ``mode: consistrm`` scores the format only and takes its
 answer signal from the ConsistRM reward-term callbacks (``ConsistencyAnswerReward``,
-``CritiqueConsistencyReward``), which must be in ``trainer.callbacks``.
+``CritiqueConsistencyReward``), which must be in ``trainer.callbacks``; ``mode: reflectrm``
+(arXiv 2604.07506) trains response preference and analysis preference in one run on the mixed
+records of ``scripts/build_reflectrm_data.py`` (the gold reward, each row's ``subject`` saying
+which verdict sentence it expects).
 
-Validation / test judge each pair with one greedy sample (``eval_samples: 1``) or the majority of
-N sampled ones, and log accuracy, positional consistency (use a source with ``swap: both``),
-format-valid rate, tie rate and per-subset accuracy. ``predict_step`` returns the verdicts.
+Validation / test / predict judge each pair by ``inference``: ``single`` (one greedy judgment),
+``majority`` (of ``eval_samples`` sampled ones) or ``reflective`` (ReflectRM's two-stage
+inference, :mod:`lit_rlhf.modules.judge_inference`), and log accuracy, positional consistency
+(use a source with ``swap: both``), format-valid rate, tie rate and per-subset accuracy.
+``predict_step`` returns the verdicts.
 """
 
 from __future__ import annotations
@@ -20,11 +25,15 @@ from typing import Any, Literal
 
 import torch
 from lightning import LightningModule
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat
-from lit_rlhf.metrics import JudgeMetrics, majority_verdict
+from lit_rlhf.data.judge_templates import judge_template
+from lit_rlhf.data.prompts import render_chat_prompt
+from lit_rlhf.metrics import JudgeMetrics
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
+from lit_rlhf.modules.judge_inference import Decision, Inference, JudgeInference
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.verdict import VerdictReward, gold_label
 from lit_rlhf.rollout.base import GenerationEngine
@@ -40,7 +49,8 @@ from lit_rlhf.training import (
 
 class GenerativeRewardModule(LightningModule):
     """Args:
-    mode: ``rft`` (gold labels) or ``consistrm`` (label-free; needs the consistency callbacks).
+    mode: ``rft`` (gold labels), ``consistrm`` (label-free; needs the consistency callbacks) or
+        ``reflectrm`` (gold labels on ReflectRM's mixed response / analysis preference records).
     model: the judge: hub id, local folder, or ``builtin:<name>``.
     reward: overrides the default ``VerdictReward`` (gold for rft, format-only for consistrm).
     engine: generation engine (HF generate by default, the decode loop or vLLM).
@@ -50,8 +60,10 @@ class GenerativeRewardModule(LightningModule):
         scale_by_std: the GRPO update (see ``PPOModule``).
     kl_coef, kl_estimator: KL to the frozen starting judge, in the loss (0: no reference).
     lr, weight_decay, max_grad_norm, dtype, gradient_checkpointing: optimisation.
-    eval_samples: judge outputs per pair at validation / test / predict (1: greedy; N > 1:
-        sampled, majority vote).
+    eval_samples: judge outputs per pair at validation / test / predict.
+    inference: ``single`` (needs ``eval_samples: 1``), ``majority`` or ``reflective`` (N >= 2);
+        default: ``single`` for one sample, else ``majority``.
+    critique_template: the analysis-preference template of reflective inference.
     tags, subject: the judge output format (the reward and the evaluation parse it).
     response_prefix: the assistant pre-fill the data module adds (its ``response_prefix``); it is
         put back before each output when parsing.
@@ -63,7 +75,7 @@ class GenerativeRewardModule(LightningModule):
 
     def __init__(
         self,
-        mode: Literal["rft", "consistrm"] = "rft",
+        mode: Literal["rft", "consistrm", "reflectrm"] = "rft",
         model: str = "builtin:tiny-llama",
         reward: RewardFunction | None = None,
         engine: GenerationEngine | None = None,
@@ -84,6 +96,8 @@ class GenerativeRewardModule(LightningModule):
         dtype: Dtype = "float32",
         gradient_checkpointing: bool = False,
         eval_samples: int = 1,
+        inference: Inference | None = None,
+        critique_template: str = "reflectrm-critique-v1",
         tags: tuple[str, ...] = JUDGE_TAGS,
         subject: str = "Response",
         response_prefix: str = "",
@@ -92,8 +106,13 @@ class GenerativeRewardModule(LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
-        if mode not in ("rft", "consistrm"):
-            raise ValueError(f"mode must be 'rft' or 'consistrm', got {mode!r}")
+        if mode not in ("rft", "consistrm", "reflectrm"):
+            raise ValueError(f"mode must be 'rft', 'consistrm' or 'reflectrm', got {mode!r}")
+        if judge_template(critique_template).subject != "Critique":
+            raise ValueError(
+                f"critique_template {critique_template!r} compares responses. Fix: use a "
+                "critique template, e.g. reflectrm-critique-v1."
+            )
         if lr <= 0 or weight_decay < 0 or kl_coef < 0 or eval_samples < 1:
             raise ValueError(
                 f"need lr > 0, weight_decay >= 0, kl_coef >= 0, eval_samples >= 1; got {lr}, "
@@ -104,6 +123,15 @@ class GenerativeRewardModule(LightningModule):
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
         self.rollouts = RolloutCollector(self.engine, self._judge_reward(reward, mode))
+        self.inference = JudgeInference(
+            self.engine,
+            self.judge_format,
+            mode=inference or ("single" if eval_samples == 1 else "majority"),
+            samples=eval_samples,
+            critique_template=critique_template,
+            seed=seed,
+        )
+        self.critiques_seen = 0
         self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)
@@ -119,7 +147,7 @@ class GenerativeRewardModule(LightningModule):
         fmt = self.judge_format
         if reward is None:
             return VerdictReward(
-                mode="gold" if mode == "rft" else "format",
+                mode="format" if mode == "consistrm" else "gold",
                 tags=fmt.tags,
                 subject=fmt.subject,
                 prefix=fmt.prefix,
@@ -172,29 +200,39 @@ class GenerativeRewardModule(LightningModule):
     # ------------------------------------------------------------- training
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         rollout = self.rl.collect(self, batch)  # K judge outputs per pair, scored (+ terms)
+        self.critiques_seen += sum(row.get("subject") == "Critique" for row in batch["row"])
         experience = self.rl.prepare(self, rollout)  # group-normalised advantages
         update_stats = self.rl.optimize(self, experience)  # clipped GRPO updates
         self.rollout_step += 1
         return self.rl.log(self, experience, update_stats)
 
     # ------------------------------------------------- validation / test / predict
-    def judge(self, batch: dict[str, Any]) -> list[list[int | None]]:
-        """Per pair of the batch, the parsed verdict of each of ``eval_samples`` judge outputs."""
-        n = self.hp.eval_samples
-        rollout = self.rollouts.collect(
-            self.policy, self.tokenizer, batch, samples_per_prompt=n, greedy=n == 1,
-            log_probs=False,
-        )  # fmt: skip
-        verdicts = [self.judge_format.verdict(text) for text in rollout.responses]
-        return [verdicts[i * n : (i + 1) * n] for i in range(len(batch["prompt"]))]
+    def judge(self, batch: dict[str, Any]) -> list[Decision]:
+        """Per pair of the batch, the judgment by ``inference`` (verdict and votes)."""
+        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        system, use_chat = (
+            getattr(dm, "system_prompt", None),
+            getattr(dm, "use_chat_template", True),
+        )
+
+        def render(question: str, prefix: str) -> str:
+            return render_chat_prompt(
+                self.tokenizer, question, system_prompt=system, use_chat_template=use_chat,
+                response_prefix=prefix,
+            )  # fmt: skip
+
+        chat = bool(use_chat and getattr(self.tokenizer, "chat_template", None))
+        return self.inference.decide(self.policy, self.tokenizer, batch, render, chat_rendered=chat)
 
     def _evaluate(self, batch: dict[str, Any], metrics: JudgeMetrics) -> None:
         rows = batch["row"]
+        decisions = self.judge(batch)
         metrics.update(
-            self.judge(batch),
+            [d.votes for d in decisions],
             [gold_label(row, i) for i, row in enumerate(rows)],
             [str(row.get("family_id", row["query_id"])) for row in rows],
             [str(row.get("subset") or "") for row in rows],
+            verdicts=[d.verdict for d in decisions],
         )
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -202,6 +240,14 @@ class GenerativeRewardModule(LightningModule):
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._evaluate(batch, self.test_metrics)
+
+    def on_train_epoch_end(self) -> None:
+        if self.hp.mode == "reflectrm" and self.critiques_seen == 0:
+            rank_zero_warn(
+                "mode='reflectrm' trained an epoch without a reflection (analysis-preference) "
+                "row: this is plain RFT. Fix: train on the records of "
+                "scripts/build_reflectrm_data.py (rows with task: reflection)."
+            )
 
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val", self.val_metrics)
@@ -217,9 +263,10 @@ class GenerativeRewardModule(LightningModule):
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, Any]]:
         return [
-            {"query_id": q, "votes": votes, "verdict": majority_verdict(votes)}
-            for q, votes in zip(batch["query_id"], self.judge(batch), strict=True)
-        ]
+            {"query_id": q, "votes": d.votes, "verdict": d.verdict, "anchor": d.anchor,
+             "winners": d.winners}
+            for q, d in zip(batch["query_id"], self.judge(batch), strict=True)
+        ]  # fmt: skip
 
     def close(self) -> None:
         """Release the generation engine's resources (``lit-rlhf`` calls it after the run)."""

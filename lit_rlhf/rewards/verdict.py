@@ -34,7 +34,9 @@ class VerdictReward:
             score (``format_bonus + min(0, wrong)``); equal to it, a malformed output counts as a
             wrong verdict, so learning the format does not favour the judge's majority verdict.
         tags: the tags a well-formed output has, in order (ReflectRM: Analysis, Result).
-        subject: the compared things, ``Response`` (or ``Critique`` for analysis preference).
+        subject: the compared things, ``Response`` (or ``Critique`` for analysis preference);
+            a row's ``subject`` column overrides it (ReflectRM's mixed data, see
+            :mod:`lit_rlhf.data.pairs`).
         prefix: text put before every output before parsing: the assistant pre-fill of the data
             (``PromptDataModule(response_prefix=...)``), e.g. ``"<Result>Response"``.
         suffix: text put after every output before parsing, for a judge that generates only
@@ -76,7 +78,10 @@ class VerdictReward:
         rows: Sequence[Mapping[str, Any]],
     ) -> RewardOutput:
         check_batch_lengths(prompts, completions, rows)
-        verdicts = [self.format.verdict(c) for c in completions]
+        verdicts = [
+            self.format.verdict(c, row.get("subject"))
+            for c, row in zip(completions, rows, strict=True)
+        ]
         ok = torch.tensor([v is not None for v in verdicts], dtype=torch.float32)
         scores = torch.where(ok.bool(), self.format_bonus, self.invalid)
         info = {"format_ok": ok, "verdict": torch.tensor([float(v or 0) for v in verdicts])}
