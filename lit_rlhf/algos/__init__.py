@@ -20,6 +20,7 @@ from lit_rlhf.algos.exploration import (
 from lit_rlhf.algos.judge import (
     JUDGE_TAGS,
     JudgeFormat,
+    analysis_text,
     critique_text,
     judge_format_ok,
     judge_verdict,
@@ -51,6 +52,7 @@ __all__ = [
     "TrustRegionMode",
     "ValueLossStats",
     "aggregate_loss",
+    "analysis_text",
     "answer_rewards",
     "clipped_policy_loss",
     "clipped_value_loss",

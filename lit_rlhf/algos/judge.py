@@ -139,6 +139,13 @@ def critique_text(text: str) -> str:
     return (text if opening is None else text[: opening.start()]).strip()
 
 
+def analysis_text(text: str) -> str:
+    """The analysis of a judgment that ReflectRM's reflection compares (arXiv 2604.07506): its
+    :func:`critique_text`, or the whole judgment, stripped, when nothing precedes the result (a
+    verdict-only judge)."""
+    return critique_text(text) or text.strip()
+
+
 def judge_verdict(
     text: str,
     *,

@@ -9,8 +9,8 @@ analyses in a seeded random order) and the winners vote
 Decisions the paper leaves open:
 - an unreadable judgment can be neither the anchor nor a winner (it has no verdict to vote);
   when all N are unreadable the pair gets no verdict;
-- a judgment's analysis is its text before the result (:func:`~lit_rlhf.algos.judge.
-  critique_text`); a judgment with none (a verdict-only judge) is compared whole;
+- a judgment's analysis is its text before the result, or the whole judgment for a verdict-only
+  judge (:func:`~lit_rlhf.algos.judge.analysis_text`);
 - reflection prompts use the same chat rendering as the data, with the judge format's prefix
   and suffix written for critiques ("Response" -> "Critique").
 """
@@ -24,7 +24,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from lit_rlhf.algos.judge import JudgeFormat, critique_text
+from lit_rlhf.algos.judge import JudgeFormat, analysis_text
 from lit_rlhf.algos.reflection import confidence, reflective_vote, select_anchor
 from lit_rlhf.data.judge_templates import render_reflection_prompt, seeded_coin
 from lit_rlhf.data.prompts import tokenize_prompts
@@ -131,7 +131,7 @@ class JudgeInference:
                 continue
             anchor = select_anchor(conf[b].cpu().masked_fill(~ok, float("-inf")))
             decisions.append(Decision(0, votes[b], anchor=anchor))
-            analyses = [_analysis(self.format.text(t)) for t in texts[b * n : (b + 1) * n]]
+            analyses = [analysis_text(self.format.text(t)) for t in texts[b * n : (b + 1) * n]]
             for k in range(n):
                 if k == anchor or votes[b][k] is None:
                     continue
@@ -183,10 +183,6 @@ class JudgeInference:
 class _Renderer:
     fn: Callable[[str, str], str]
     chat: bool
-
-
-def _analysis(judgment: str) -> str:
-    return critique_text(judgment) or judgment.strip()
 
 
 def check_inference(mode: str, samples: int) -> None:
