@@ -65,4 +65,5 @@ def test_gpu_config_parses(path, capsys):
     assert printed["model"]["class_path"] in (
         "lit_rlhf.modules.PPOModule",
         "lit_rlhf.modules.GenerativeRewardModule",
+        "lit_rlhf.modules.RewardModelModule",
     )
