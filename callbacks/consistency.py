@@ -91,7 +91,10 @@ class ConsistencyAnswerReward(Callback):
     def reward_term(
         self, trainer: Any, pl_module: Any, ctx: RewardContext
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        verdicts = [self.format.verdict(r) for r in ctx.responses]
+        verdicts = [
+            self.format.verdict(r, row.get("subject"))
+            for r, row in zip(ctx.responses, ctx.rows, strict=True)
+        ]
         term = torch.zeros(len(verdicts))
         updates: list[tuple[str, int]] = []
         for query, idx in _groups(ctx.query_ids).items():

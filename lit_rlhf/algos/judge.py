@@ -164,7 +164,9 @@ class JudgeFormat:
     """How one judge's outputs are read: its tags and subject, and the text around each output
     that the judge did not generate: ``prefix`` (the assistant pre-fill of the prompt, e.g.
     ``"<Result>Response 1 is"``) and ``suffix`` (a fixed ending, for a judge that generates only
-    the verdict word, e.g. ``" than Response 2</Result>"``)."""
+    the verdict word, e.g. ``" than Response 2</Result>"``). ``{subject}`` in the prefix or
+    suffix stands for the subject of the judgment (``"<Result>{subject} 1 is"``), so one format
+    reads ReflectRM's response and critique verdicts alike."""
 
     tags: tuple[str, ...] = JUDGE_TAGS
     subject: str = "Response"
@@ -177,11 +179,17 @@ class JudgeFormat:
         if not self.subject.strip():
             raise ValueError("subject must be a non-empty word, e.g. 'Response'")
 
-    def text(self, output: str) -> str:
-        """The whole judgment: prefix + output + suffix."""
-        return self.prefix + output + self.suffix
+    def opening(self, subject: str | None = None) -> str:
+        """The prefix, ``{subject}`` filled in (the format's subject unless given)."""
+        return self.prefix.replace("{subject}", subject or self.subject)
+
+    def text(self, output: str, subject: str | None = None) -> str:
+        """The whole judgment: prefix + output + suffix, ``{subject}`` filled in."""
+        subject = subject or self.subject
+        return self.opening(subject) + output + self.suffix.replace("{subject}", subject)
 
     def verdict(self, output: str, subject: str | None = None) -> int | None:
         """:func:`judge_verdict` of the whole judgment; ``subject`` overrides the format's (a
         row of ReflectRM's mixed data says whether it compares responses or critiques)."""
-        return judge_verdict(self.text(output), tags=self.tags, subject=subject or self.subject)
+        subject = subject or self.subject
+        return judge_verdict(self.text(output, subject), tags=self.tags, subject=subject)

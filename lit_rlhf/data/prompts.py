@@ -58,6 +58,8 @@ class PromptDataModule(LightningDataModule):
             question, preceded by ``system_prompt`` and a blank line if one is given.
         response_prefix: text that opens the response, appended to every rendered prompt (an
             assistant pre-fill such as ``"<answer>"``); rewards see it at the end of the prompt.
+            ``{subject}`` in it is replaced by each row's ``subject`` column (pair sources:
+            ``Response``, or ``Critique`` on ReflectRM's reflection rows).
         shuffle: shuffle the training prompts every epoch.
         seed: the shuffling seed.
         num_workers: DataLoader worker processes.
@@ -121,14 +123,24 @@ class PromptDataModule(LightningDataModule):
         if self.test_data is None and self.test_source is not None and evaluates:
             self.test_data = self._prepare(self.test_source, "test")
 
-    def render_prompt(self, question: str) -> str:
-        """The prompt text the model sees for one question."""
+    def render_prompt(self, question: str, subject: str | None = None) -> str:
+        """The prompt text the model sees for one question (``subject`` fills ``{subject}`` in
+        the response prefix)."""
+        prefix = self.response_prefix
+        if "{subject}" in prefix:
+            if subject is None:
+                raise ValueError(
+                    f"response_prefix {prefix!r} names {{subject}}, and the rows have no subject "
+                    "column. Fix: use a pair source (its rows say Response or Critique), or "
+                    "write the subject into the prefix."
+                )
+            prefix = prefix.replace("{subject}", subject)
         return render_chat_prompt(
             self.tokenizer,
             question,
             system_prompt=self.system_prompt,
             use_chat_template=self.use_chat_template,
-            response_prefix=self.response_prefix,
+            response_prefix=prefix,
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -188,7 +200,10 @@ class PromptDataModule(LightningDataModule):
                 f"{type(source).__name__}.load() returned no {missing} column(s) (has "
                 f"{data.column_names}); a prompt source must provide {list(_REQUIRED_COLUMNS)}"
             )
-        prompts = [self.render_prompt(q) for q in data["question"]]
+        subjects = data["subject"] if "subject" in data.column_names else [None] * len(data)
+        prompts = [
+            self.render_prompt(q, s) for q, s in zip(data["question"], subjects, strict=True)
+        ]
         # A rendered template carries its own special tokens; a raw question gets the usual ones.
         ids = self.tokenizer(prompts, add_special_tokens=not self.use_chat_template)["input_ids"]
         keep = [i for i, x in enumerate(ids) if len(x) <= self.max_prompt_length]

@@ -12,7 +12,7 @@ Decisions the paper leaves open:
 - a judgment's analysis is its text before the result, or the whole judgment for a verdict-only
   judge (:func:`~lit_rlhf.algos.judge.analysis_text`);
 - reflection prompts use the same chat rendering as the data, with the judge format's prefix
-  and suffix written for critiques ("Response" -> "Critique").
+  and suffix written for critiques (``{subject}``, or a literal "Response", -> "Critique").
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class JudgeInference:
         check_inference(mode, samples)
         self.engine, self.format, self.mode, self.samples = engine, judge_format, mode, samples
         self.critique_template, self.seed = critique_template, seed
-        subject = judge_format.subject
+        subject = judge_format.subject  # a literal subject word in the prefix becomes Critique
         self.reflection_format = replace(
             judge_format,
             subject="Critique",
@@ -131,13 +131,18 @@ class JudgeInference:
                 continue
             anchor = select_anchor(conf[b].cpu().masked_fill(~ok, float("-inf")))
             decisions.append(Decision(0, votes[b], anchor=anchor))
-            analyses = [analysis_text(self.format.text(t)) for t in texts[b * n : (b + 1) * n]]
+            analyses = [
+                analysis_text(self.format.text(t, row.get("subject")))
+                for t in texts[b * n : (b + 1) * n]
+            ]
             for k in range(n):
                 if k == anchor or votes[b][k] is None:
                     continue
                 first = seeded_coin(self.seed, f"{batch['query_id'][b]}/{k}", "reflect")
                 pair = (analyses[k], analyses[anchor]) if first else (analyses[anchor], analyses[k])
-                prompts.append(render.fn(self._question(row, pair), self.reflection_format.prefix))
+                prompts.append(
+                    render.fn(self._question(row, pair), self.reflection_format.opening())
+                )
                 jobs.append((b, k, first))
         if prompts:
             ids, mask = tokenize_prompts(

@@ -107,3 +107,37 @@ def test_malformed_reflection_rows_name_the_field(tmp_path: Path) -> None:
         path.write_text(json.dumps({**base, **extra}) + "\n")
         with pytest.raises(ValueError, match=f"row 0: field '{field}'"):
             PreferencePairs(str(path)).load()
+
+
+def test_a_subject_placeholder_prefills_and_reads_each_rows_verdict(tmp_path: Path) -> None:
+    from lit_rlhf.algos.judge import JudgeFormat
+    from lit_rlhf.data import FilePrompts, PromptDataModule
+
+    items = [_item(i) for i in range(8)]
+    records, _ = build_reflectrm_records(items, [_mixed(-1)] * 8, seed=1, ratio=4)
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    source = PreferencePairs(str(path), template="verdict-short-v1", id_field="id")
+    data = PromptDataModule(
+        "builtin:tiny-llama",
+        train=source,
+        use_chat_template=False,
+        response_prefix=" <Result>{subject} 1 is",
+        max_prompt_length=4096,
+    )
+    data.setup("fit")
+    for row in data.train_data:  # type: ignore[union-attr]
+        assert row["prompt"].endswith(f" <Result>{row['subject']} 1 is")
+    fmt = JudgeFormat(
+        ("Result",), prefix=" <Result>{subject} 1 is", suffix=" than {subject} 2</Result>"
+    )
+    assert fmt.verdict(" worse", "Critique") == 1 and fmt.verdict(" better") == -1
+    assert (
+        fmt.text(" better", "Critique") == " <Result>Critique 1 is better than Critique 2</Result>"
+    )
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "hi", "answer": "1"}) + "\n")
+    plain = PromptDataModule("builtin:tiny-llama", train=FilePrompts(str(questions)),
+                             response_prefix="<{subject}>")  # fmt: skip
+    with pytest.raises(ValueError, match="no subject column"):
+        plain.setup("fit")
