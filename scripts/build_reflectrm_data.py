@@ -5,8 +5,9 @@ records) and, per hard pair, one correct analysis against one wrong one (reflect
 
     # CPU: the embedded SmolLM2 judge on generated copy pairs (verdict-only judgments)
     python scripts/build_reflectrm_data.py --model builtin:smollm2-135m-instruct --synthetic 64 \\
-        --task-kind copy --template verdict-short-v1 --tags Result \\
-        --response-prefix "<Result>Response 1 is" --response-suffix " than Response 2</Result>" \\
+        --task-kind copy --template verdict-short-v1 --tags Result --no-chat-template \\
+        --response-prefix " <Result>{subject} 1 is" \\
+        --response-suffix " than {subject} 2</Result>" \\
         --max-new-tokens 1 --samples 8 --out runs/reflectrm/records.jsonl
     # GPU: the authors' setting (Qwen3-4B, N = 8, up to 1024 generated tokens) through vLLM
     python scripts/build_reflectrm_data.py --model Qwen/Qwen3-4B --pairs nvidia/HelpSteer3 \\
@@ -65,7 +66,7 @@ def judge_items(opts: argparse.Namespace) -> tuple[list[dict[str, Any]], list[li
     data = PromptDataModule(
         tokenizer=opts.model, train=_source(opts), batch_size=opts.batch_size,
         max_prompt_length=opts.max_prompt_length, response_prefix=opts.response_prefix,
-        shuffle=False,
+        use_chat_template=not opts.no_chat_template, shuffle=False,
     )  # fmt: skip
     data.setup("fit")
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--template", default="reflectrm-v1")
     parser.add_argument("--tags", nargs="+", default=["Analysis", "Result"])
-    parser.add_argument("--response-prefix", default="")
+    parser.add_argument("--response-prefix", default="", help="the assistant pre-fill")
+    parser.add_argument("--no-chat-template", action="store_true", help="raw prompts")
     parser.add_argument("--response-suffix", default="")
     parser.add_argument("--samples", type=int, default=8, help="judgments per pair (N)")
     parser.add_argument("--ratio", type=int, default=4, help="preference records per reflection")

@@ -67,3 +67,28 @@ def test_lit_rlhf_test_prints_test_metrics(tmp_path: Path) -> None:
     assert "Test metric" in output
     for key in ("test/pass@1", "test/reward"):
         assert key in output, output[-2000:]
+
+
+def test_evaluating_a_checkpoint_keeps_the_configs_settings_and_resuming_warns(
+    tmp_path: Path,
+) -> None:
+    """LightningCLI would evaluate a trained judge with the settings it was trained with (its
+    saved hyperparameters replace the config's); lit-rlhf evaluates with the config's and names
+    what differs, and a resume says which of the config's settings the checkpoint replaces."""
+    import pytest
+
+    config = str(Path(__file__).parents[1] / "configs" / "grm" / "rft_tiny.yaml")
+    root = [f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false"]
+    cli_main(["fit", "--config", config, *root, "--trainer.max_steps=1",
+              "--trainer.limit_val_batches=0"])  # fmt: skip
+    (ckpt,) = tmp_path.glob("checkpoints/*.ckpt")
+    with pytest.warns(UserWarning, match="eval_samples: config 2, checkpoint 1"):
+        cli = cli_main(["validate", "--config", config, *root, f"--ckpt_path={ckpt}",
+                        "--model.init_args.eval_samples=2",
+                        "--model.init_args.inference=majority"])  # fmt: skip
+    assert cli.model.hparams.eval_samples == 2 and cli.model.inference.mode == "majority"
+    with pytest.warns(UserWarning, match=r"checkpoint's settings replace the config's \(lr"):
+        cli = cli_main(["fit", "--config", config, *root, f"--ckpt_path={ckpt}",
+                        "--model.init_args.lr=0.5", "--trainer.max_steps=2",
+                        "--trainer.limit_val_batches=0"])  # fmt: skip
+    assert cli.model.hparams.lr == 1.0e-3
