@@ -59,8 +59,9 @@ _CPU_REFLECTRM = {
     "tags": ["Result"],
     "prefix": " <Result>{subject} 1 is",
     "suffix": " than {subject} 2</Result>",
-    "build": ["--model", "builtin:smollm2-135m-instruct", "--synthetic", "120", "--task-kind",
+    "build": ["--model", "builtin:smollm2-135m-instruct", "--synthetic", "200", "--task-kind",
               "copy", "--no-chat-template", "--max-new-tokens", "1"],
+    "max_steps": 60,  # the rft arm's budget (its 240 pairs x 2 orders / 8 per step)
 }  # fmt: skip
 _GPU_REFLECTRM = {
     "template": "reflectrm-v1",
@@ -69,6 +70,7 @@ _GPU_REFLECTRM = {
     "suffix": "",
     "build": ["--model", "Qwen/Qwen3-8B", "--pairs", "nvidia/HelpSteer3", "--schema",
               "helpsteer3", "--engine", "vllm", "--dtype", "bfloat16", "--max-new-tokens", "1024"],
+    "max_steps": None,  # the records' epochs (the paper: 3)
 }  # fmt: skip
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {"config": Path("configs/grm/rft_smollm2.yaml"), "steps": None, "critique": False,
@@ -141,6 +143,8 @@ def _reflectrm_format(
         fragment["model"]["init_args"]["reward"] = reward
     train = {"path": str(records), "schema": "pairs", "template": fmt["template"],
              "swap": "both", "id_field": "id"}  # fmt: skip
+    if fmt["max_steps"]:  # as many steps as the rft arm, over as many epochs as that takes
+        fragment["trainer"].update(max_steps=fmt["max_steps"], max_epochs=-1)
     fragment["data"]["init_args"].update(
         response_prefix=fmt["prefix"],
         train={"class_path": "lit_rlhf.data.PreferencePairs", "init_args": train},
