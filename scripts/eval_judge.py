@@ -8,7 +8,8 @@ pair in both orders), format-valid rate, tie rate and per-subset accuracy, print
 ``--model`` is any HF causal LM (hub id, folder, ``builtin:``); ``--checkpoint`` a
 ``GenerativeRewardModule`` checkpoint. Pairs: a JSONL/parquet/folder/hub id in ``--schema``
 (RewardBench's by default: prompt, chosen, rejected, subset, id), or ``--synthetic N`` generated
-arithmetic pairs. ``--samples N`` judges by majority of N sampled outputs (default: 1 greedy).
+arithmetic pairs. ``--samples N`` judges by majority of N sampled outputs (default: 1 greedy);
+``--inference reflective --samples 8`` with ReflectRM's two-stage reflective inference.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ def build(opts: argparse.Namespace) -> tuple[Any, Any]:
     from lit_rlhf.rollout import HFGenerationEngine
 
     engine = HFGenerationEngine(max_new_tokens=opts.max_new_tokens, temperature=opts.temperature)
+    judging = {"eval_samples": opts.samples, "inference": opts.inference}
     if opts.checkpoint:
-        module = GenerativeRewardModule.load_from_checkpoint(opts.checkpoint, engine=engine)
-        module.hparams.eval_samples = opts.samples
+        module = GenerativeRewardModule.load_from_checkpoint(
+            opts.checkpoint, engine=engine, **judging
+        )
         model = module.hparams.model
     else:
         model = opts.model
-        module = GenerativeRewardModule(model=model, engine=engine, eval_samples=opts.samples)
+        module = GenerativeRewardModule(model=model, engine=engine, **judging)
     if opts.synthetic:
         source: Any = SyntheticPairs(
             num_examples=opts.synthetic, seed=opts.seed, template=opts.template, swap="both"
@@ -64,7 +67,12 @@ def main() -> None:
     parser.add_argument("--schema", default="rewardbench", choices=schemas)
     parser.add_argument("--split", default="train")
     parser.add_argument("--template", default="consistrm-v1")
-    parser.add_argument("--samples", type=int, default=1, help="judge outputs per pair (majority)")
+    parser.add_argument("--samples", type=int, default=1, help="judge outputs per pair")
+    parser.add_argument(
+        "--inference",
+        choices=["single", "majority", "reflective"],
+        help="default: single for one sample, majority for several",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-prompt-length", type=int, default=2048)

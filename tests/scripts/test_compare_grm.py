@@ -4,6 +4,7 @@ built from hand-made metrics.csv files; scripts/eval_judge.py on a tiny judge.""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import yaml
@@ -80,9 +81,53 @@ def test_eval_judge_prints_the_metrics_table(tmp_path: Path) -> None:
         "consistrm-v1-short",
         "--max-new-tokens",
         "8",
+        "--samples",
+        "2",
+        "--inference",
+        "reflective",
         "--json",
         str(tmp_path / "m.json"),
     )
     for name in ("accuracy", "positional_consistency", "format_valid", "tie_rate"):
         assert f"| {name} |" in out
     assert (tmp_path / "m.json").exists()
+
+
+def test_reflectrm_study_builds_records_then_trains_unified_and_reflects(
+    tmp_path: Path, capsys
+) -> None:
+    script = load_script("compare_grm")
+    script.main(["--study", "reflectrm", "--dry-run", "--out", str(tmp_path), "--seeds", "0"])
+    printed = capsys.readouterr().out
+    lines = [line for line in printed.splitlines() if line.strip()]
+    assert lines[0].startswith("records: ") and "build_reflectrm_data.py" in lines[0]
+    assert "--samples 8" in lines[0] and str(tmp_path / "reflectrm-records.jsonl") in lines[0]
+    arms = [line.split(" seed ")[0] for line in lines[1:]]
+    assert arms == ["base", "base-reflective", "rft", "unified", "reflectrm"]
+    assert "validate" in lines[-1] and "--ckpt_path" in lines[-1]
+    unified = yaml.safe_load((tmp_path / "unified-seed0.yaml").read_text())
+    model, data = unified["model"]["init_args"], unified["data"]["init_args"]
+    assert model["mode"] == "reflectrm" and "inference" not in model  # one greedy judgment
+    assert model["response_prefix"] == data["response_prefix"] == " <Result>{subject} 1 is"
+    assert model["reward"]["init_args"]["suffix"] == " than {subject} 2</Result>"
+    assert data["train"]["init_args"]["path"] == str(tmp_path / "reflectrm-records.jsonl")
+    assert unified["trainer"]["max_steps"] == 60
+    full = yaml.safe_load((tmp_path / "reflectrm-seed0.yaml").read_text())["model"]["init_args"]
+    assert (full["mode"], full["inference"], full["eval_samples"]) == ("reflectrm", "reflective", 8)
+    base = yaml.safe_load((tmp_path / "base-reflective-seed0.yaml").read_text())
+    assert base["model"]["init_args"]["inference"] == "reflective"
+    assert "response_prefix" not in base["model"]["init_args"]  # the base config's format
+
+
+def test_build_reflectrm_data_writes_records_and_their_statistics(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    printed = run_python(
+        "scripts/build_reflectrm_data.py", "--model", "builtin:tiny-llama", "--synthetic", "4",
+        "--template", "consistrm-v1-short", "--samples", "2", "--max-new-tokens", "4",
+        "--out", str(out),
+    )  # fmt: skip
+    stats = json.loads(printed[printed.index("{") : printed.rindex("}") + 1])
+    assert stats["items"] == 4 and stats["all_correct"] == 0  # a random judge is never right
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == stats["preference"] == 4 and stats["reflection"] == 0
+    assert "no reflection record" in printed  # and it says why
