@@ -25,7 +25,8 @@ from torchmetrics.classification import BinaryAccuracy
 from lit_rlhf.data.judge_templates import require_label
 from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
 from lit_rlhf.models.scoring import conversation_text, score_texts
-from lit_rlhf.strategies import is_deepspeed
+from lit_rlhf.rollout.weight_sync import gathered
+from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import OptimizerStep
 
 
@@ -57,7 +58,8 @@ class RewardModelModule(LightningModule):
     chat_template: render (query, response) with the tokenizer's chat template.
     dtype: the model's weights.
     export_dir: where the trained model and tokenizer are saved at the end of ``fit``
-        (``save_pretrained``; None, or a ``fast_dev_run``: not saved).
+        (``save_pretrained``; None, or a ``fast_dev_run``: not saved); under DeepSpeed ZeRO-3
+        the partitions are gathered first.
     """
 
     def __init__(
@@ -104,9 +106,10 @@ class RewardModelModule(LightningModule):
             return
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer(self.hp.model)
-        self.model = load_reward_model(
-            self.hp.model, pad_token_id=self.tokenizer.pad_token_id, dtype=self.hp.dtype
-        )
+        with transformers_zero3_context(strategy):  # ZeRO-3: load into the partitions
+            self.model = load_reward_model(
+                self.hp.model, pad_token_id=self.tokenizer.pad_token_id, dtype=self.hp.dtype
+            )
 
     def configure_optimizers(self) -> Any:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -188,13 +191,22 @@ class RewardModelModule(LightningModule):
             self.trainer, "fast_dev_run", False
         ):  # a smoke run exports nothing
             return
-        if is_deepspeed(self.trainer.strategy):
-            raise NotImplementedError(
-                "export_dir under DeepSpeed is not supported yet (the weights are partitioned). "
-                "Fix: convert the checkpoint with DeepSpeed's zero_to_fp32 and load it into "
-                "RewardModelModule on one process, or train with ddp."
-            )
+        state = self._full_state_dict()  # every rank takes part (ZeRO-3 gathers)
         if self.trainer.is_global_zero:
-            self.model.save_pretrained(self.hp.export_dir)
+            self.model.save_pretrained(self.hp.export_dir, state_dict=state)
             self.tokenizer.save_pretrained(self.hp.export_dir)
         self.trainer.strategy.barrier()
+
+    def _full_state_dict(self) -> dict[str, Tensor] | None:
+        """The whole model's weights on CPU for rank 0 (None elsewhere): a DeepSpeed ZeRO-3
+        partition is gathered one parameter at a time, every rank in the same order."""
+        if not is_deepspeed(self.trainer.strategy):
+            return None  # save_pretrained reads the model itself
+        state: dict[str, Tensor] = {}
+        for name, param in self.model.named_parameters():
+            with gathered(param):
+                if self.trainer.is_global_zero:
+                    state[name] = param.detach().to("cpu", copy=True)
+        for name, buffer in self.model.named_buffers():
+            state[name] = buffer.detach().to("cpu", copy=True)
+        return state if self.trainer.is_global_zero else None
