@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One prepared check of the GPU paths on a single CUDA GPU with no network access (< 8 min):
-#   1. the `gpu`-marked tests (PPO; the judge, the Bradley-Terry RM and PPO on an RM);
+#   1. the `gpu`-marked tests (PPO; the judges incl. ReflectRM, the Bradley-Terry RM, PPO on an RM
+#      and on a judge);
 #   2. a bf16 PPO step benchmark on a random 0.5B-class Qwen2 (tokens/s, MFU);
 #   3. a DeepSpeed ZeRO-2 PPO fast_dev_run on the tiny config.
 # Installs nothing from the network: run it in a venv that already has the package (`pip install

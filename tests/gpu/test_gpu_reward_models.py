@@ -1,6 +1,7 @@
-"""GPU paths of the reward models (run by scripts/gpu_check.sh): the judge (RFT and ConsistRM with
-the critique embedder), the Bradley-Terry reward model and PPO scored by a reward model, each
-one bf16-mixed fast_dev_run on CUDA through the CLI configs."""
+"""GPU paths of the reward models (run by scripts/gpu_check.sh): the judge (RFT, ConsistRM with
+the critique embedder, ReflectRM with reflective validation), the Bradley-Terry reward model and
+PPO scored by a scalar reward model or a judge, each one bf16-mixed fast_dev_run on CUDA through
+the CLI configs."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ pytestmark = [
         ("configs/grm/consistrm_tiny.yaml", []),
         ("configs/rm/bt_tiny.yaml", []),
         ("configs/ppo/chat_rm_tiny.yaml", ["--model.init_args.reward.init_args.device=cuda"]),
+        ("configs/grm/reflectrm_tiny.yaml", []),  # validation by reflective inference
+        ("configs/ppo/chat_judge_tiny.yaml", ["--model.init_args.reward.init_args.device=cuda"]),
     ],
 )
 def test_reward_model_configs_on_cuda(config: str, extra: list[str], tmp_path) -> None:
