@@ -17,6 +17,13 @@ from lit_rlhf.algos.exploration import (
     kl_cov_penalty,
     kl_cov_selection,
 )
+from lit_rlhf.algos.gradient_surgery import (
+    SurgeryStats,
+    group_parameters,
+    project_conflicting,
+    projected_task_gradients,
+    surgery,
+)
 from lit_rlhf.algos.judge import (
     JUDGE_TAGS,
     JudgeFormat,
@@ -49,6 +56,7 @@ __all__ = [
     "KLEstimator",
     "PolicyLossStats",
     "ScheduleKind",
+    "SurgeryStats",
     "TrustRegionMode",
     "ValueLossStats",
     "aggregate_loss",
@@ -65,6 +73,7 @@ __all__ = [
     "forking_token_mask",
     "gae",
     "group_advantages",
+    "group_parameters",
     "judge_format_ok",
     "judge_verdict",
     "kl_cov_penalty",
@@ -75,10 +84,13 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "parse_verdict",
+    "project_conflicting",
+    "projected_task_gradients",
     "pseudo_label",
     "reflective_vote",
     "rloo_advantages",
     "select_anchor",
+    "surgery",
     "token_level_rewards",
     "token_log_probs",
     "trust_region_entropy",

@@ -1,0 +1,188 @@
+"""Modular gradient surgery (MGS, arXiv 2602.02301): PCGrad (Yu et al. 2020) applied to each
+parameter group separately, so domains whose gradients conflict in one module (say attention of
+layer 3) are reconciled there without disturbing the modules where they agree.
+
+Within one group, for each task i (in a random order) the projected gradient starts as g_i and,
+for each other task j (in a random order), loses its component along the ORIGINAL g_j when they
+conflict (<g_i', g_j> < 0; skipped when |g_j|^2 <= 1e-12). The group's gradient is the SUM of the
+projected task gradients; one task present gives its raw gradient. Granularity decides the
+groups: ``tensor`` (the authors' code), ``module`` (attention vs MLP per layer, as the paper
+describes; other tensors alone), ``layer`` (one decoder block), ``global`` (one group: plain
+PCGrad over the flattened gradient).
+
+Decisions the paper leaves open:
+- inner products and projections are computed in float32 whatever the gradients' dtype, and the
+  result is cast back;
+- the task order is drawn from the given ``torch.Generator`` (one permutation of the tasks for the
+  outer loop, one per task for its inner loop), so a seeded run is reproducible on every rank;
+- a tensor belongs to a decoder block when its name has a numeric component (``model.layers.3``);
+  within a block, the submodule's name decides: ``attn``/``attention`` is attention,
+  ``mlp``/``feed_forward``/``ffn`` the MLP, and anything else, norms included
+  (``post_attention_layernorm``), is a group of its own at ``module`` granularity.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+Granularity = Literal["tensor", "module", "layer", "global"]
+GRANULARITIES = ("tensor", "module", "layer", "global")
+_EPS = 1e-12
+_BLOCK = re.compile(r"^(.*?\.\d+)\.")  # the path up to the first numeric component
+_ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
+_MLP = re.compile(r"mlp|feed_forward|ffn", re.IGNORECASE)
+
+
+@dataclass
+class SurgeryStats:
+    """One group's diagnostics: cosine similarity of each pair of ORIGINAL task gradients
+    (sorted task names), how many pairs conflict (cosine < 0) and how many projections ran."""
+
+    cosine: dict[tuple[str, str], float] = field(default_factory=dict)
+    conflicts: int = 0
+    projections: int = 0
+
+
+def project_conflicting(
+    grads_by_task: Mapping[str, Tensor],
+    *,
+    generator: torch.Generator | None = None,
+    eps: float = _EPS,
+) -> tuple[Tensor, SurgeryStats]:
+    """The PCGrad-combined gradient of one parameter group (the sum of
+    :func:`projected_task_gradients`, in float32) and its diagnostics.
+
+    Args:
+        grads_by_task: each task's gradient for this group, all of one shape.
+        generator: draws the random task orders (CPU generator; None: the global RNG).
+        eps: projections onto a gradient with squared norm at most ``eps`` are skipped.
+    """
+    first, projected, stats = _project(grads_by_task, generator, eps)
+    total = torch.stack(list(projected.values())).sum(dim=0)
+    return total.reshape(first.shape).to(first.dtype), stats
+
+
+def projected_task_gradients(
+    grads_by_task: Mapping[str, Tensor],
+    *,
+    generator: torch.Generator | None = None,
+    eps: float = _EPS,
+) -> tuple[dict[str, Tensor], SurgeryStats]:
+    """Each task's gradient after PCGrad's projections (arguments of
+    :func:`project_conflicting`), keyed by task, and the group's diagnostics."""
+    first, projected, stats = _project(grads_by_task, generator, eps)
+    return {n: g.reshape(first.shape).to(first.dtype) for n, g in projected.items()}, stats
+
+
+def _project(
+    grads_by_task: Mapping[str, Tensor], generator: torch.Generator | None, eps: float
+) -> tuple[Tensor, dict[str, Tensor], SurgeryStats]:
+    """(the first task's gradient, each task's flat float32 projected gradient, stats)."""
+    if not grads_by_task:
+        raise ValueError("grads_by_task is empty: at least one task must have a gradient")
+    names = sorted(grads_by_task)
+    shapes = {tuple(grads_by_task[n].shape) for n in names}
+    if len(shapes) != 1:
+        raise ValueError(f"task gradients of one group must share a shape, got {shapes}")
+    first = grads_by_task[names[0]]
+    flat = torch.stack([grads_by_task[n].detach().reshape(-1).float() for n in names])
+    if len(names) == 1:
+        return first, {names[0]: flat[0]}, SurgeryStats()
+    norms_sq = (flat * flat).sum(dim=1)
+    stats = _pair_stats(names, flat, norms_sq)
+    projected: dict[str, Tensor] = {}
+    for i in torch.randperm(len(names), generator=generator).tolist():
+        g = flat[i].clone()
+        others = [j for j in torch.randperm(len(names), generator=generator).tolist() if j != i]
+        for j in others:
+            dot = torch.dot(g, flat[j])
+            if dot < 0 and norms_sq[j] > eps:
+                g -= dot / norms_sq[j] * flat[j]
+                stats.projections += 1
+        projected[names[i]] = g
+    return first, {n: projected[n] for n in names}, stats
+
+
+def _pair_stats(names: list[str], flat: Tensor, norms_sq: Tensor) -> SurgeryStats:
+    stats = SurgeryStats()
+    norms = norms_sq.sqrt()
+    for a in range(len(names)):
+        for b in range(a + 1, len(names)):
+            denom = float(norms[a] * norms[b])
+            cos = float(torch.dot(flat[a], flat[b])) / denom if denom > 0 else 0.0
+            stats.cosine[(names[a], names[b])] = cos
+            stats.conflicts += cos < 0
+    return stats
+
+
+def group_parameters(names: Iterable[str], granularity: Granularity) -> dict[str, list[str]]:
+    """Parameter names grouped for surgery, in their given order within each group.
+
+    Args:
+        names: parameter names (``model.named_parameters()``'s, or just the names).
+        granularity: ``tensor`` | ``module`` | ``layer`` | ``global``.
+    """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    groups: dict[str, list[str]] = {}
+    for item in names:
+        name = item[0] if isinstance(item, tuple) else item
+        groups.setdefault(_group_key(name, granularity), []).append(name)
+    return groups
+
+
+def _group_key(name: str, granularity: str) -> str:
+    if granularity == "global":
+        return "global"
+    block = _BLOCK.match(name)
+    if granularity == "tensor" or block is None:
+        return name
+    if granularity == "layer":
+        return block.group(1)
+    child = name[block.end() :].split(".")[0]  # the block's submodule: self_attn, mlp, a norm
+    if "norm" in child.lower():
+        return name
+    if _ATTENTION.search(child):
+        return f"{block.group(1)}.attention"
+    if _MLP.search(child):
+        return f"{block.group(1)}.mlp"
+    return name
+
+
+def surgery(
+    grads_by_task: Mapping[str, Mapping[str, Tensor]],
+    groups: Mapping[str, list[str]],
+    *,
+    generator: torch.Generator | None = None,
+) -> tuple[dict[str, Tensor], dict[str, SurgeryStats]]:
+    """PCGrad per group over whole models' gradients.
+
+    Args:
+        grads_by_task: per task, its gradient per parameter name (a task without a gradient for
+            a parameter, e.g. one absent from this step, is left out of that parameter's group).
+        groups: from :func:`group_parameters`.
+        generator: the random task orders, drawn group by group in ``groups``' order.
+
+    Returns:
+        The combined gradient per parameter name, and each group's :class:`SurgeryStats`.
+    """
+    combined: dict[str, Tensor] = {}
+    stats: dict[str, SurgeryStats] = {}
+    for group, names in groups.items():
+        tasks = [t for t, grads in grads_by_task.items() if all(n in grads for n in names)]
+        if not tasks:
+            continue
+        flat = {t: torch.cat([grads_by_task[t][n].reshape(-1) for n in names]) for t in tasks}
+        merged, stats[group] = project_conflicting(flat, generator=generator)
+        offset = 0
+        for n in names:
+            like = grads_by_task[tasks[0]][n]
+            combined[n] = merged[offset : offset + like.numel()].view_as(like)
+            offset += like.numel()
+    return combined, stats
