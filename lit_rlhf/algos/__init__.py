@@ -1,6 +1,7 @@
 """Pure tensor math of RL fine-tuning: masking, advantages, KL, PPO losses, entropy,
 trust-region entropy and the exploration baselines it is compared with; reading a generative
-judge's verdict and ConsistRM's label-free consistency rewards.
+judge's verdict, ConsistRM's label-free consistency rewards, ReflectRM's reflective vote
+and modular gradient surgery (PCGrad per parameter group).
 
 Depends on torch and the standard library only (no Lightning, no transformers), so it can be
 reused or tested anywhere.

@@ -1,6 +1,7 @@
 """Reward functions: callables ``(prompts, completions, rows) -> RewardOutput``."""
 
 from lit_rlhf.rewards.base import RewardFunction
+from lit_rlhf.rewards.by_task import RewardByTask
 from lit_rlhf.rewards.combine import WeightedRewards
 from lit_rlhf.rewards.countdown import CountdownReward
 from lit_rlhf.rewards.judge import JudgeReward
@@ -14,6 +15,7 @@ __all__ = [
     "DigitFractionReward",
     "JudgeReward",
     "MathReward",
+    "RewardByTask",
     "RewardFunction",
     "ScalarRMReward",
     "VerdictReward",

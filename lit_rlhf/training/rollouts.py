@@ -129,7 +129,8 @@ class RolloutCollector:
 
 def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
     """Scalar statistics of a scored rollout: the reward (mean, std, each part of the reward's
-    info, the reward terms' diagnostics) and the response lengths."""
+    info averaged over the samples where it is defined, i.e. not NaN, the reward terms'
+    diagnostics) and the response lengths."""
     scores, mask = rollout.scores, rollout.response_mask
     stats = {
         "reward/mean": scores.mean(),
@@ -137,6 +138,9 @@ def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
         "rollout/response_length": mask.sum(1).float().mean(),
         "rollout/truncated": mask[:, -1].float().mean(),
     }
-    stats.update({f"reward/{k}": v.float().mean() for k, v in rollout.reward_info.items()})
+    for key, value in rollout.reward_info.items():  # NaN: not defined for that sample
+        defined = value.float()[~value.float().isnan()]
+        if len(defined):
+            stats[f"reward/{key}"] = defined.mean()
     stats.update(rollout.term_stats)
     return stats
