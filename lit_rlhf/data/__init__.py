@@ -7,6 +7,7 @@ from lit_rlhf.data.judge_templates import (
     render_judge_prompt,
     render_reflection_prompt,
 )
+from lit_rlhf.data.mixture import MixturePrompts
 from lit_rlhf.data.pairs import PreferencePairs
 from lit_rlhf.data.prompts import PromptDataModule, collate_prompts
 from lit_rlhf.data.sources import CountdownPrompts, FilePrompts, PromptSource
@@ -16,6 +17,7 @@ __all__ = [
     "JUDGE_TEMPLATES",
     "CountdownPrompts",
     "FilePrompts",
+    "MixturePrompts",
     "PreferencePairs",
     "PromptDataModule",
     "PromptSource",
