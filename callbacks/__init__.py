@@ -4,6 +4,8 @@
 - :class:`ConsistencyAnswerReward`, :class:`CritiqueConsistencyReward`: ConsistRM's label-free
   rewards for a generative reward model (reward terms).
 - :class:`MetricsPlot`: PNG of logged metrics per step at the end of fit.
+- :class:`ModularGradientSurgery` (MGS): PCGrad per parameter group over the domains of each
+  optimizer step (per-task gradients through the core's task-by-task backward).
 - :class:`TrustRegionEntropy` (TRE), :class:`EntropyBonus`, :class:`ForkingTokens`,
   :class:`KLCov`: exploration terms added to the policy loss.
 - The callback protocols of the training core, re-exported: :func:`policy_loss_terms` /
@@ -16,6 +18,7 @@
 from lit_rlhf.callbacks.adaptive_kl import AdaptiveKL
 from lit_rlhf.callbacks.consistency import ConsistencyAnswerReward, CritiqueConsistencyReward
 from lit_rlhf.callbacks.exploration import EntropyBonus, ForkingTokens, KLCov, TrustRegionEntropy
+from lit_rlhf.callbacks.gradient_surgery import ModularGradientSurgery
 from lit_rlhf.callbacks.reward_plot import MetricsPlot
 from lit_rlhf.training.protocols import (
     GradientHook,
@@ -37,6 +40,7 @@ __all__ = [
     "GradientHook",
     "KLCov",
     "MetricsPlot",
+    "ModularGradientSurgery",
     "PolicyLossContext",
     "PolicyLossTerm",
     "RewardContext",

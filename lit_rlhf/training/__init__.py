@@ -10,8 +10,9 @@
   clipped policy update, driven by a validated settings record; :class:`PolicyStep` runs one
   rollout -> experience -> updates -> logs cycle on a module's networks, and
   :func:`build_policy_networks` builds them (policy, critic, frozen reference).
-- The callback protocols (:mod:`lit_rlhf.training.protocols`): loss terms, reward terms and
-  gradient hooks, with :class:`Gradients` as the strategy-aware gradient accessor.
+- The callback protocols (:mod:`lit_rlhf.training.protocols`): loss terms, reward terms,
+  gradient hooks and per-task gradients (the backward task by task, :mod:`.task_backward`), with
+  :class:`Gradients` as the strategy-aware gradient accessor.
 """
 
 from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
@@ -28,9 +29,11 @@ from lit_rlhf.training.protocols import (
     PolicyLossTerm,
     RewardContext,
     RewardTerm,
+    TaskGradientHook,
     gradient_hooks,
     policy_loss_terms,
     reward_terms,
+    task_gradient_hook,
 )
 from lit_rlhf.training.rollouts import RolloutCollector, rollout_stats
 from lit_rlhf.training.settings import PPOSettings
@@ -50,6 +53,7 @@ __all__ = [
     "RewardContext",
     "RewardTerm",
     "RolloutCollector",
+    "TaskGradientHook",
     "build_experience",
     "build_policy_networks",
     "compute_advantages",
@@ -61,5 +65,6 @@ __all__ = [
     "policy_loss_terms",
     "reward_terms",
     "rollout_stats",
+    "task_gradient_hook",
     "trim_columns",
 ]

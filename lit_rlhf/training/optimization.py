@@ -5,6 +5,8 @@ Every module with manual optimisation (PPO, the generative reward model, the com
 easy to get silently wrong under DeepSpeed (see ``lit_rlhf.strategies.deepspeed_hooks``):
 
     zero_grad -> for each micro-batch: mark it (DeepSpeed) and ``manual_backward(loss)``
+              (or, with a per-task gradient callback such as MGS: the backward task by task,
+              combined by the callback; ``lit_rlhf.training.task_backward``)
               -> gradient hooks (callbacks may read / rewrite the reduced gradients)
               -> gradient norm + clipping (DeepSpeed: its own, inside its step)
               -> ``optimizer.step()``
@@ -29,7 +31,8 @@ from lit_rlhf.strategies import (
     start_micro_batch,
 )
 from lit_rlhf.training.gradients import Gradients
-from lit_rlhf.training.protocols import gradient_hooks
+from lit_rlhf.training.protocols import gradient_hooks, task_gradient_hook
+from lit_rlhf.training.task_backward import task_backward
 
 MicroBatch = TypeVar("MicroBatch")
 
@@ -62,18 +65,35 @@ class OptimizerStep:
         optimizer: Any,
         micro_batches: Sequence[MicroBatch],
         loss_fn: Callable[[MicroBatch], Tensor],
+        task_of: Callable[[MicroBatch], str] | None = None,
     ) -> dict[str, Tensor]:
         """Take one optimizer step on the summed gradients of ``loss_fn`` over ``micro_batches``.
-        Returns the hooks' diagnostics and the gradient norm before clipping."""
+        Returns the hooks' diagnostics and the gradient norm before clipping.
+
+        ``task_of`` names each micro-batch's task (domain; a micro-batch holds one task): with a
+        :class:`~lit_rlhf.training.protocols.TaskGradientHook` callback (MGS) the backward runs
+        task by task and the callback combines the per-task gradients
+        (:mod:`lit_rlhf.training.task_backward`)."""
         if not micro_batches:
             raise ValueError("an optimizer step needs at least one micro-batch")
         strategy = module.trainer.strategy
-        optimizer.zero_grad()
-        for i, micro in enumerate(micro_batches):
-            # under DeepSpeed, micro-batches bypass the engine's forward (no-op elsewhere)
-            start_micro_batch(strategy, last=i == len(micro_batches) - 1)
-            module.manual_backward(loss_fn(micro))
-        stats = gradient_hooks(module.trainer, module, Gradients(module, strategy))
+        hook = task_gradient_hook(module.trainer)
+        if hook is not None:
+            if task_of is None:
+                raise ValueError(
+                    f"{type(hook).__name__} needs each micro-batch's task, and "
+                    f"{type(module).__name__} does not give OptimizerStep a task_of. Fix: pass "
+                    "task_of= (and keep one task per micro-batch), or remove the callback."
+                )
+            stats = task_backward(module, optimizer, micro_batches, loss_fn, task_of, hook)
+        else:
+            optimizer.zero_grad()
+            for i, micro in enumerate(micro_batches):
+                # under DeepSpeed, micro-batches bypass the engine's forward (no-op elsewhere)
+                start_micro_batch(strategy, last=i == len(micro_batches) - 1)
+                module.manual_backward(loss_fn(micro))
+            stats = {}
+        stats.update(gradient_hooks(module.trainer, module, Gradients(module, strategy)))
         if is_deepspeed(strategy):
             # DeepSpeed clips inside its step; under ZeRO the gradients are not in param.grad,
             # so the norm is the one DeepSpeed computed there

@@ -27,7 +27,7 @@ from lit_rlhf.algos import (
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
 from lit_rlhf.training.optimization import OptimizerStep
-from lit_rlhf.training.protocols import PolicyLossContext
+from lit_rlhf.training.protocols import PolicyLossContext, task_gradient_hook
 from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import Experience
 
@@ -38,6 +38,11 @@ class MicroBatch(NamedTuple):
     rows: Tensor  # [b] long, rows of the experience
     num_tokens: Tensor  # response tokens in the whole mini-batch (token-mean denominator)
     num_seqs: int  # sequences in the whole mini-batch
+    task: str = ""  # the rows' task when micro-batches are split by task, else ""
+
+
+def _task_of(micro: MicroBatch) -> str:
+    return micro.task
 
 
 def no_loss_terms(ctx: PolicyLossContext) -> tuple[Tensor, dict[str, Tensor]]:
@@ -95,19 +100,31 @@ class PPOUpdate:
         ``step`` (an :class:`OptimizerStep`) each, then ``after_step`` (e.g. the engine's weight
         sync); returns the mean of every recorded diagnostic."""
         n = len(self.experience)
+        by_task = task_gradient_hook(getattr(module, "_trainer", None)) is not None
         for _ in range(self.settings.ppo_epochs):
             for index in minibatches(n, self.settings.update_size(n), generator=generator):
-                self.add(step(module, optimizer, self.micro_batches(index), self.loss))
+                micro = self.micro_batches(index, by_task=by_task)
+                self.add(step(module, optimizer, micro, self.loss, task_of=_task_of))
                 after_step()
         return self.means()
 
-    def micro_batches(self, index: Tensor) -> list[MicroBatch]:
-        """The micro-batches of the mini-batch ``index`` [b] (rows of the experience)."""
+    def micro_batches(self, index: Tensor, *, by_task: bool = False) -> list[MicroBatch]:
+        """The micro-batches of the mini-batch ``index`` [b] (rows of the experience); with
+        ``by_task`` each holds rows of one task (the rollout's ``tasks``) for a per-task
+        gradient callback (MGS). The token-mean denominator stays the whole mini-batch's."""
         mask = self.experience.rollout.response_mask[index]
         n_tokens = mask.sum().clamp(min=1)
+        size = self.settings.micro_batch_size
+        if not by_task:
+            return [MicroBatch(micro, n_tokens, len(index)) for micro in index.split(size)]
+        tasks = self.experience.rollout.tasks
+        groups: dict[str, list[int]] = {}
+        for row in index.tolist():
+            groups.setdefault(tasks[row], []).append(row)
         return [
-            MicroBatch(micro, n_tokens, len(index))
-            for micro in index.split(self.settings.micro_batch_size)
+            MicroBatch(micro, n_tokens, len(index), task)
+            for task in sorted(groups)
+            for micro in torch.tensor(groups[task], dtype=index.dtype).split(size)
         ]
 
     def loss(self, mb: MicroBatch) -> Tensor:

@@ -176,5 +176,28 @@ def gradient_hooks(trainer: Any, pl_module: Any, grads: Any) -> dict[str, Tensor
     return stats
 
 
+@runtime_checkable
+class TaskGradientHook(Protocol):
+    """A callback that takes one gradient per task (domain) for every optimizer step and returns
+    the gradient to step with (MGS's ``ModularGradientSurgery``). The core then runs the backward
+    task by task (:mod:`lit_rlhf.training.task_backward`)."""
+
+    def combine_task_gradients(
+        self, trainer: Any, pl_module: Any, grads_by_task: Mapping[str, Mapping[str, Tensor]]
+    ) -> tuple[Mapping[str, Tensor], Mapping[str, Tensor]]: ...
+
+
+def task_gradient_hook(trainer: Any) -> Any:
+    """The trainer's :class:`TaskGradientHook` callback (None without one); two are an error."""
+    hooks = _callbacks(trainer, TaskGradientHook)
+    if len(hooks) > 1:
+        names = [type(h).__name__ for h in hooks]
+        raise ValueError(
+            f"the trainer has {len(hooks)} callbacks that combine per-task gradients ({names}); "
+            "only one can decide the gradient. Fix: keep one of them."
+        )
+    return hooks[0] if hooks else None
+
+
 def _callbacks(trainer: Any, protocol: type) -> list[Any]:
     return [c for c in getattr(trainer, "callbacks", None) or [] if isinstance(c, protocol)]
