@@ -32,6 +32,10 @@ def _needs_vllm(path: Path) -> bool:
     return "VLLMGenerationEngine" in path.read_text()
 
 
+def _needs_ifeval(path: Path) -> bool:
+    return "InstructionReward" in path.read_text()
+
+
 def test_configs_found():
     assert len(CONFIGS) >= 4
 
@@ -42,6 +46,8 @@ def test_cpu_config_fast_dev_run(path, tmp_path):
         pytest.importorskip("gguf", reason="the SmolLM2 demo config needs the [demo] extra")
     if _needs_vllm(path):
         pytest.importorskip("vllm", reason="runs in the vLLM venv (make test-vllm)")
+    if _needs_ifeval(path):
+        pytest.importorskip("if_verifiable", reason="needs the [ifeval] extra")
     cli = cli_main(
         [
             "fit",

@@ -76,8 +76,14 @@ class InstructionReward:
             raise ValueError(f"mode must be 'strict' or 'loose', got {mode!r}")
         if max_chars < 1:
             raise ValueError(f"max_chars must be >= 1, got {max_chars}")
-        import langdetect
-        from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
+        try:
+            import langdetect
+            from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
+        except ImportError as err:
+            raise ImportError(
+                f"InstructionReward needs the if-verifiable package ({err}). Fix: pip install "
+                "'lit-rlhf[ifeval]' (Python 3.11+)."
+            ) from err
 
         # the language checks call langdetect, which samples: seeded, a response always gets
         # the same score
