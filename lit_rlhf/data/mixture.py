@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import datasets
 
@@ -23,9 +23,12 @@ class MixturePrompts:
 
     Each source contributes ``round(weight_i * num_examples)`` rows (largest remainders make the
     counts sum to ``num_examples``): a seeded permutation of its rows, cycled through again when
-    it needs more rows than it has. The mixture is then shuffled, so every stretch of it holds
-    the domains in about their proportions. Rows keep their columns (a column another source
-    lacks is None there) and their ``task``, unless ``tasks`` renames a source's.
+    it needs more rows than it has. ``schedule: mixed`` then shuffles the mixture, so every
+    stretch of it holds the domains in about their proportions (mixed RL, and MGS);
+    ``schedule: sequential`` keeps the sources in blocks, in the given order (sequential RL: the
+    first source's rows, then the second's, ...; the data module must not shuffle them, see
+    ``ordered``). Rows keep their columns (a column another source lacks is None there) and
+    their ``task``, unless ``tasks`` renames a source's.
 
     Args:
         sources: the prompt sources, e.g. ``FilePrompts`` for math, chat and IFEval prompts.
@@ -34,6 +37,8 @@ class MixturePrompts:
         tasks: a task name per source (its rows' ``task``, which picks their reward in
             ``RewardByTask`` and their domain in gradient surgery); None keeps the rows' own.
         seed: seeds the rows drawn from each source and the order.
+        schedule: ``mixed`` or ``sequential`` (domain blocks by step ranges: with batch size b,
+            source i trains for about ``weight_i * num_examples / b`` steps).
     """
 
     def __init__(
@@ -43,7 +48,11 @@ class MixturePrompts:
         num_examples: int | None = None,
         tasks: Sequence[str] | None = None,
         seed: int = 0,
+        schedule: Literal["mixed", "sequential"] = "mixed",
     ) -> None:
+        if schedule not in ("mixed", "sequential"):
+            raise ValueError(f"schedule must be 'mixed' or 'sequential', got {schedule!r}")
+        self.schedule = schedule
         if not sources:
             raise ValueError("sources must hold at least one prompt source")
         weights = [1.0] * len(sources) if weights is None else list(weights)
@@ -65,6 +74,12 @@ class MixturePrompts:
         total = sum(weights)
         self.weights = [w / total for w in weights]
         self.num_examples = num_examples
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the row order is part of the design (``sequential``): the data module
+        refuses to shuffle such a source."""
+        return self.schedule == "sequential"
 
     def counts(self, sizes: Sequence[int]) -> list[int]:
         """Rows drawn from each source, given the sources' sizes."""
@@ -93,6 +108,7 @@ class MixturePrompts:
                 if self.tasks is not None:
                     row["task"] = self.tasks[i]
                 rows.append(row)
-        rng.shuffle(rows)
+        if self.schedule == "mixed":
+            rng.shuffle(rows)
         columns = {key: None for row in rows for key in row}
         return datasets.Dataset.from_list([{**columns, **row} for row in rows])

@@ -92,6 +92,12 @@ class PromptDataModule(LightningDataModule):
             raise ValueError(f"test_batch_size must be >= 1 or None, got {test_batch_size}")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if shuffle and getattr(train, "ordered", False):
+            raise ValueError(
+                f"the train source ({type(train).__name__}) has an order that matters (e.g. "
+                "MixturePrompts(schedule='sequential'): domain blocks by step ranges), and "
+                "shuffle=True would mix it. Fix: set data shuffle: false."
+            )
         self.tokenizer = load_tokenizer(tokenizer)
         self.train_source = train
         self.val_source = val

@@ -70,3 +70,17 @@ def test_a_resumed_loader_continues_the_same_mixed_order() -> None:
     resumed.load_state_dict(state)
     rest = [b["query_id"] for b in resumed]
     assert seen + rest == full
+
+
+def test_sequential_schedule_keeps_domain_blocks_and_refuses_shuffling() -> None:
+    table = _mixture(schedule="sequential").load()
+    assert table["task"] == ["countdown"] * 20 + ["chat"] * 10  # step ranges, source order
+    with pytest.raises(ValueError, match="shuffle: false"):
+        PromptDataModule("builtin:tiny-llama", train=_mixture(schedule="sequential"))
+    data = PromptDataModule("builtin:tiny-llama", train=_mixture(schedule="sequential"),
+                            batch_size=10, shuffle=False)  # fmt: skip
+    data.setup("fit")
+    tasks = [set(b["task"]) for b in data.train_dataloader()]
+    assert tasks == [{"countdown"}, {"countdown"}, {"chat"}]
+    with pytest.raises(ValueError, match="schedule must be"):
+        _mixture(schedule="curriculum")
