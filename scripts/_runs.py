@@ -84,15 +84,20 @@ def read_rows(path: Path) -> Rows:
 
 
 def series(rows: Rows, key: str) -> list[float]:
-    """The logged values of ``key``, in row order (rows without it are skipped)."""
-    return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+    """The logged values of ``key``, in row order (rows without it, or with NaN: not defined
+    at that step, are skipped)."""
+    return [float(r[key]) for r in rows if r.get(key) not in (None, "", "nan")]
 
 
 def steps_and_values(
     rows: Rows, key: str, step_key: str = "rollout/step"
 ) -> list[tuple[int, float]]:
     """``(step, value)`` for the rows that log both ``step_key`` and ``key``."""
-    both = [r for r in rows if r.get(key) not in (None, "") and r.get(step_key) not in (None, "")]
+    both = [
+        r
+        for r in rows
+        if r.get(key) not in (None, "", "nan") and r.get(step_key) not in (None, "", "nan")
+    ]
     return [(round(float(r[step_key])), float(r[key])) for r in both]
 
 

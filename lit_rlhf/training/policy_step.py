@@ -47,6 +47,7 @@ class PolicyStep:
         self.step_optimizer = OptimizerStep(max_grad_norm=max_grad_norm, norm_key="ppo/grad_norm")
         self.shuffle = torch.Generator().manual_seed(seed)
         self.frozen = FrozenModules("ref_policy")
+        self.logged_keys: set[str] = set()  # every step metric logged so far
 
     def collect(self, module: Any, batch: dict[str, Any]) -> Rollout:
         """G sampled responses per prompt, scored by the reward and the reward-term callbacks.
@@ -119,6 +120,11 @@ class PolicyStep:
         stats.update(update_stats)
         stats["rollout/step"] = torch.tensor(float(module.rollout_step))
         stats["ppo/kl_coef"] = torch.tensor(float(module.kl_coef))
+        # Lightning re-logs a step metric's last value at later steps that do not log it; a key
+        # logged before and absent now (a domain missing from this batch) is logged as NaN
+        for key in self.logged_keys - stats.keys():
+            stats[key] = torch.tensor(float("nan"))
+        self.logged_keys |= stats.keys()
         module.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, batch_size=n)
         module.log("reward", stats["reward/mean"], prog_bar=True, logger=False, batch_size=n)
         if "rollout/kl" in stats:

@@ -131,3 +131,18 @@ def test_build_reflectrm_data_writes_records_and_their_statistics(tmp_path: Path
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == stats["preference"] == 4 and stats["reflection"] == 0
     assert "no reflection record" in printed  # and it says why
+
+
+def test_compare_multidomain_fragments_for_the_four_arms(tmp_path: Path, capsys) -> None:
+    script = load_script("compare_multidomain")
+    script.main(["--dry-run", "--out", str(tmp_path), "--seeds", "3"])
+    assert capsys.readouterr().out.count("lit_rlhf.cli fit") == 4
+    arms = {a: yaml.safe_load((tmp_path / f"{a}-seed3.yaml").read_text()) for a in script.ARMS}
+    surgery = {a: [c for c in f["trainer"]["callbacks"] if "GradientSurgery" in c["class_path"]]
+               for a, f in arms.items()}  # fmt: skip
+    assert surgery["mixed"] == [] and surgery["sequential"] == []
+    assert surgery["pcgrad"][0]["init_args"] == {"granularity": "global", "seed": 3}
+    assert surgery["mgs"][0]["init_args"] == {"granularity": "module", "seed": 3}
+    data = arms["sequential"]["data"]["init_args"]
+    assert data["shuffle"] is False and data["train"]["init_args"]["schedule"] == "sequential"
+    assert arms["mgs"]["trainer"]["limit_train_batches"] == 12

@@ -54,3 +54,29 @@ def test_a_stateless_reward_adds_nothing() -> None:
         module, checkpoint
     )
     assert "reward" not in checkpoint["lit_rlhf"]
+
+
+def test_a_metric_missing_from_a_later_step_is_logged_as_nan_not_its_stale_value() -> None:
+    """Lightning re-logs a step metric's last value when a later step does not log it; a domain
+    absent from a batch (sequential multi-domain RL) must read as undefined, not as frozen."""
+    from lit_rlhf.types import Experience, Rollout
+
+    logged: list[dict[str, float]] = []
+    module = SimpleNamespace(
+        rollout_step=1, kl_coef=0.0,
+        log_dict=lambda d, **kw: logged.append({k: float(v) for k, v in d.items()}),
+        log=lambda *a, **kw: None,
+    )  # fmt: skip
+
+    def experience(info: dict[str, torch.Tensor]) -> Experience:
+        ids, mask = torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool)
+        rollout = Rollout(ids, mask, ids, mask, None, torch.arange(2), ["a", "b"], ["t", "t"],
+                          [{}, {}], ["p", "p"], ["r", "r"], torch.ones(2), info)  # fmt: skip
+        return Experience(rollout, torch.zeros(2, 3), torch.zeros(2, 3))
+
+    step = _step(CountingReward())
+    step.log(module, experience({"math/score": torch.tensor([1.0, 0.0])}), {})
+    step.log(module, experience({"chat/score": torch.tensor([0.5, 0.5])}), {})
+    assert logged[0]["reward/math/score"] == 0.5
+    assert torch.isnan(torch.tensor(logged[1]["reward/math/score"]))
+    assert logged[1]["reward/chat/score"] == 0.5
