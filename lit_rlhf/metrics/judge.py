@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, Metric
+
+from lit_rlhf.metrics.grouped import GroupedMean
 
 
 def majority_verdict(votes: Sequence[int | None]) -> int:
@@ -73,7 +73,7 @@ class JudgeMetrics(nn.Module):
         self.format_valid = MeanMetric()
         self.tie_rate = MeanMetric()
         self.positional = PositionalConsistency()
-        self.subsets = nn.ModuleDict()
+        self.subsets = GroupedMean()
 
     def update(
         self,
@@ -94,39 +94,22 @@ class JudgeMetrics(nn.Module):
         self.tie_rate.update(torch.tensor([float(v == 0) for v in verdicts]))
         self.format_valid.update(torch.tensor([float(x is not None) for v in votes for x in v]))
         self.positional.update(families, correct)
-        for name in sorted(set(subsets) - {""}):
-            key = name.replace(".", "_")
-            if key not in self.subsets:
-                self.subsets[key] = MeanMetric()
-            picked = torch.tensor([s == name for s in subsets])
-            metric: Any = self.subsets[key]
-            metric.update(correct[picked])
+        named = [i for i, name in enumerate(subsets) if name]
+        if named:
+            self.subsets.update(correct[named], [subsets[i] for i in named])
 
     def compute(self) -> dict[str, Tensor]:
-        self._align_subsets()
         out = {
             "accuracy": self.accuracy.compute(),
             "positional_consistency": self.positional.compute(),
             "format_valid": self.format_valid.compute(),
             "tie_rate": self.tie_rate.compute(),
         }
-        for key in sorted(self.subsets):  # the same order on every rank: each compute syncs
-            out[f"accuracy/{key}"] = self.subsets[key].compute()  # type: ignore[operator]
+        for key, value in self.subsets.compute().items():
+            out[f"accuracy/{key}"] = value
         return out
-
-    def _align_subsets(self) -> None:
-        """Under torch.distributed, give every rank the union of the subsets any rank saw (an
-        empty metric where it saw none), so every rank syncs the same metrics; otherwise a
-        subset seen by one rank only would leave the others waiting in its all-gather."""
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-            return
-        seen: list[list[str] | None] = [None] * dist.get_world_size()
-        dist.all_gather_object(seen, sorted(self.subsets))
-        device = self.accuracy.device
-        for key in sorted({k for keys in seen for k in keys or []} - set(self.subsets)):
-            self.subsets[key] = MeanMetric().to(device)
 
     def reset(self) -> None:
         for metric in (self.accuracy, self.format_valid, self.tie_rate, self.positional):
             metric.reset()
-        self.subsets = nn.ModuleDict()
+        self.subsets.reset()

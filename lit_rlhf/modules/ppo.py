@@ -17,6 +17,7 @@ from lightning import LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
 
+from lit_rlhf.metrics import GroupedMean
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
 from lit_rlhf.rewards.base import RewardFunction
@@ -128,6 +129,7 @@ class PPOModule(LightningModule):
         self.ref_policy: Any = None
         self.val_reward, self.val_pass = MeanMetric(), MeanMetric()
         self.test_reward, self.test_pass = MeanMetric(), MeanMetric()
+        self.task_reward = {"val": GroupedMean(), "test": GroupedMean()}  # multi-domain runs
 
     @property
     def hp(self) -> Any:
@@ -200,9 +202,23 @@ class PPOModule(LightningModule):
             self.policy, self.tokenizer, batch, samples_per_prompt=1, greedy=greedy, log_probs=False
         )
         reward.update(rollout.scores)
+        self.task_reward[stage].update(rollout.scores.to(self.device), rollout.tasks)
         passed.update(self._passed(rollout).to(self.device))
         self.log(f"{stage}/reward", reward, on_epoch=True, batch_size=len(rollout))
         self.log(f"{stage}/pass@1", passed, on_epoch=True, prog_bar=True, batch_size=len(rollout))
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_task_rewards("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_task_rewards("test")
+
+    def _log_task_rewards(self, stage: str) -> None:
+        """``<stage>/reward/<task>`` when the prompts hold more than one task (every rank)."""
+        per_task = self.task_reward[stage].compute()
+        if len(per_task) > 1:
+            self.log_dict({f"{stage}/reward/{task}": value for task, value in per_task.items()})
+        self.task_reward[stage].reset()
 
     def _passed(self, rollout: Rollout) -> Tensor:
         """[B] 1.0 where the ``pass_metric`` (or the score) reaches ``pass_threshold``."""
