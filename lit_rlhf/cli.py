@@ -6,6 +6,10 @@ Every cross-component link lives here:
   skips the link, as it does every instantiation link whose target is not among the chosen
   class's init args (tests/test_cli.py).
 
+The optimizer comes from each module's settings (``lr``, ``weight_decay``, ...): LightningCLI's
+``--optimizer`` / ``--lr_scheduler`` are not offered (a module with manual optimisation would
+ignore the one and never step the other).
+
 With ``--ckpt_path``, LightningCLI replaces the config's model settings by the checkpoint's saved
 hyperparameters. lit-rlhf keeps that for ``fit`` (a resume continues the run it resumes) and
 warns about every setting of the config it overrides; for ``validate``, ``test`` and ``predict``
@@ -74,6 +78,9 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
         subclass_mode_model=True,
         subclass_mode_data=True,
         save_config_kwargs={"overwrite": True},
+        # the modules build their own optimizers (manual optimisation): a CLI --optimizer would
+        # be ignored and an --lr_scheduler never stepped, so the CLI does not offer them
+        auto_configure_optimizers=False,
         args=args,
         run=run,
     )

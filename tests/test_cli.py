@@ -92,3 +92,17 @@ def test_evaluating_a_checkpoint_keeps_the_configs_settings_and_resuming_warns(
                         "--model.init_args.lr=0.5", "--trainer.max_steps=2",
                         "--trainer.limit_val_batches=0"])  # fmt: skip
     assert cli.model.hparams.lr == 1.0e-3
+
+
+def test_the_cli_does_not_offer_optimizer_or_scheduler_options(capsys) -> None:
+    """The modules optimise manually with their own optimizer: LightningCLI's --optimizer would
+    be ignored and --lr_scheduler never stepped, so they are refused."""
+    import pytest
+
+    with pytest.raises(SystemExit):
+        cli_main(["fit", "--help"])
+    assert "--optimizer" not in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        config = Path(__file__).parents[1] / "configs" / "ppo" / "countdown_tiny.yaml"
+        cli_main(["fit", "--config", str(config), "--optimizer=Adam"])
+    assert exit_info.value.code != 0
