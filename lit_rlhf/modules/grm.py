@@ -106,18 +106,7 @@ class GenerativeRewardModule(LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
-        if mode not in ("rft", "consistrm", "reflectrm"):
-            raise ValueError(f"mode must be 'rft', 'consistrm' or 'reflectrm', got {mode!r}")
-        if judge_template(critique_template).subject != "Critique":
-            raise ValueError(
-                f"critique_template {critique_template!r} compares responses. Fix: use a "
-                "critique template, e.g. reflectrm-critique-v1."
-            )
-        if lr <= 0 or weight_decay < 0 or kl_coef < 0 or eval_samples < 1:
-            raise ValueError(
-                f"need lr > 0, weight_decay >= 0, kl_coef >= 0, eval_samples >= 1; got {lr}, "
-                f"{weight_decay}, {kl_coef}, {eval_samples}"
-            )
+        _check_settings(self.hp)
         self.settings = PPOSettings.from_hparams({**self.hparams, "advantage": "grpo"})
         self.judge_format = JudgeFormat(tuple(tags), subject, response_prefix, response_suffix)
         self.automatic_optimization = False
@@ -278,3 +267,19 @@ class GenerativeRewardModule(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rl.load(self, checkpoint)
+
+
+def _check_settings(hp: Any) -> None:
+    """The module's own settings (the update's are checked by ``PPOSettings``)."""
+    if hp.mode not in ("rft", "consistrm", "reflectrm"):
+        raise ValueError(f"mode must be 'rft', 'consistrm' or 'reflectrm', got {hp.mode!r}")
+    if judge_template(hp.critique_template).subject != "Critique":
+        raise ValueError(
+            f"critique_template {hp.critique_template!r} compares responses. Fix: use a "
+            "critique template, e.g. reflectrm-critique-v1."
+        )
+    if hp.lr <= 0 or hp.weight_decay < 0 or hp.kl_coef < 0 or hp.eval_samples < 1:
+        raise ValueError(
+            f"need lr > 0, weight_decay >= 0, kl_coef >= 0, eval_samples >= 1; got {hp.lr}, "
+            f"{hp.weight_decay}, {hp.kl_coef}, {hp.eval_samples}"
+        )
