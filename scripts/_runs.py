@@ -9,9 +9,11 @@ The drivers run from the repository root (``python scripts/<driver>.py``) and im
 from __future__ import annotations
 
 import csv
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +111,46 @@ def mean_first(xs: list[float], n: int) -> float:
 def mean_last(xs: list[float], n: int) -> float:
     """Mean of the last ``n`` values (all of them when fewer)."""
     return sum(xs[-n:]) / len(xs[-n:])
+
+
+def mean_spread(values: list[float]) -> str:
+    """``"mean ± sample std"`` of per-seed values (std 0 for one seed), ``"n/a"`` for none."""
+    if not values:
+        return "n/a"
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3f} ± {spread:.3f}"
+
+
+def plot_arms(
+    csvs: dict[str, list[Path]],
+    keys: Sequence[str],
+    path: Path,
+    *,
+    step_key: str,
+    xlabel: str,
+    markers: bool = False,
+    legend_size: int = 8,
+) -> None:
+    """One panel per metric key: one colour per arm, one line style per seed run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5))
+    for ax, key in zip(axes, keys, strict=True):
+        for colour, (arm, paths) in enumerate(csvs.items()):
+            for i, p in enumerate(paths):
+                points = (
+                    steps_and_values(read_rows(p), key, step_key=step_key) if p.exists() else []
+                )
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    style = {"marker": "o", "markersize": 3} if markers else {}
+                    ax.plot(xs, ys, color=f"C{colour}", linestyle=("-", "--", ":", "-.")[i % 4],
+                            label=f"{arm} ({p.parent.name})", **style)  # fmt: skip
+        ax.set_title(key)
+        ax.set_xlabel(xlabel)
+        ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,11 +43,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _runs import (
     base_callbacks,
     cli_command,
+    mean_spread,
+    plot_arms,
     read_rows,
     run_fragment,
     run_timed,
     series,
-    steps_and_values,
     write_fragment,
 )
 
@@ -211,37 +211,16 @@ def summarise(csvs: dict[str, list[Path]]) -> str:
     for arm, paths in csvs.items():
         cells = []
         for metric in METRICS:
-            last = [series(read_rows(p), metric)[-1] for p in paths if p.exists()]
-            spread = statistics.stdev(last) if len(last) > 1 else 0.0
-            cells.append(f"{statistics.fmean(last):.3f} ± {spread:.3f}" if last else "n/a")
+            cells.append(
+                mean_spread([series(read_rows(p), metric)[-1] for p in paths if p.exists()])
+            )
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def plot(csvs: dict[str, list[Path]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     keys = ("val/accuracy", "val/positional_consistency", "reward/mean")
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5))
-    for ax, key in zip(axes, keys, strict=True):
-        for colour, (arm, paths) in enumerate(csvs.items()):
-            for i, p in enumerate(paths):  # one colour per arm, one line style per seed
-                if not p.exists():
-                    continue
-                points = steps_and_values(read_rows(p), key, step_key="step")
-                if points:
-                    xs, ys = zip(*points, strict=True)
-                    ax.plot(xs, ys, marker="o", markersize=3, color=f"C{colour}",
-                            linestyle=("-", "--", ":", "-.")[i % 4],
-                            label=f"{arm} ({p.parent.name})")  # fmt: skip
-        ax.set_title(key)
-        ax.set_xlabel("optimizer step")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    plot_arms(csvs, keys, path, step_key="step", xlabel="optimizer step", markers=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,11 +29,12 @@ from _runs import (
     base_callbacks,
     cli_command,
     mean_last,
+    mean_spread,
+    plot_arms,
     read_rows,
     run_fragment,
     run_timed,
     series,
-    steps_and_values,
     write_fragment,
 )
 
@@ -91,34 +91,14 @@ def summarise(csvs: dict[str, list[Path]], last: int) -> str:
                 for p in paths
                 if p.exists() and (xs := series(read_rows(p), f"reward/{domain}/score"))
             ]
-            spread = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f"{statistics.fmean(values):.3f} ± {spread:.3f}" if values else "n/a")
+            cells.append(mean_spread(values))
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def plot(csvs: dict[str, list[Path]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(DOMAINS), figsize=(5 * len(DOMAINS), 3.5))
-    for ax, domain in zip(axes, DOMAINS, strict=True):
-        for colour, (arm, paths) in enumerate(csvs.items()):
-            for i, p in enumerate(paths):  # one colour per arm, one line style per seed
-                points = (
-                    steps_and_values(read_rows(p), f"reward/{domain}/score") if p.exists() else []
-                )
-                if points:
-                    xs, ys = zip(*points, strict=True)
-                    ax.plot(xs, ys, color=f"C{colour}", linestyle=("-", "--", ":", "-.")[i % 4],
-                            label=f"{arm} ({p.parent.name})")  # fmt: skip
-        ax.set_title(f"reward/{domain}/score")
-        ax.set_xlabel("rollout step")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    keys = [f"reward/{domain}/score" for domain in DOMAINS]
+    plot_arms(csvs, keys, path, step_key="rollout/step", xlabel="rollout step", legend_size=7)
 
 
 def main(argv: list[str] | None = None) -> None:
