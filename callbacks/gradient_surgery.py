@@ -4,7 +4,8 @@ every optimizer step, PCGrad applied to each parameter group, the projected grad
 Any LightningModule built on :class:`~lit_rlhf.training.OptimizerStep` that names each
 micro-batch's task (``task_of``; ``PPOModule`` uses the rows' ``task``) gets it by adding the
 callback: the core then runs the backward task by task (:mod:`lit_rlhf.training.task_backward`,
-per-domain reduction under DDP) and hands the per-domain gradients here. ``granularity: global``
+per-domain reduction under DDP and DeepSpeed ZeRO-1/2; ZeRO-3 is refused at setup) and hands the
+per-domain gradients here. ``granularity: global``
 is plain PCGrad, the paper's baseline; mixed RL is training without the callback.
 
 Extra memory: one float32 copy of the trainable parameters' gradient per domain present in the

@@ -12,8 +12,16 @@ average over ranks that DDP would have computed for that task alone. A task miss
 contributes zeros there (ranks agree on the union of tasks first). The callback combines the
 per-task gradients; the result becomes ``param.grad`` for the gradient hooks, clipping and step.
 
-DeepSpeed is refused for now: its ZeRO optimizers reduce gradients inside their own buffers at
-each accumulation boundary, which needs per-task boundaries on every rank in lock-step.
+Under DeepSpeed ZeRO-1/2 the engine's backward cannot be run per task: ZeRO reduces each
+backward into its partitioned buffers at the accumulation boundary, averaging whatever tasks the
+ranks held (the authors' order again). So each task's gradient is taken with
+``torch.autograd.grad`` (no engine hook fires) and all-reduced here like under DDP; the combined
+gradient then enters DeepSpeed through ONE ordinary engine backward of the surrogate loss
+``sum_p <p, g_p>`` (its gradient is ``g_p``, identical on every rank, so DeepSpeed's average keeps
+it), and DeepSpeed's bucketing, clipping and step run unchanged; ``safe_get_full_grad`` then
+reads ``g`` back. ZeRO-3 is refused (it partitions the parameters themselves, so
+``autograd.grad`` has no full tensors to differentiate), and so is fp16 (the per-task backward
+runs outside DeepSpeed's loss scaler; bf16 and fp32 need none).
 """
 
 from __future__ import annotations
@@ -27,18 +35,26 @@ import torch.distributed as dist
 from lightning import LightningModule
 from torch import Tensor
 
-from lit_rlhf.strategies import is_deepspeed
+from lit_rlhf.strategies import is_deepspeed, start_micro_batch
 
 MicroBatch = TypeVar("MicroBatch")
 
 
 def check_task_backward_supported(strategy: Any, who: str) -> None:
     """A clear error, at setup, for a strategy the per-task backward does not support."""
-    if is_deepspeed(strategy):
+    if not is_deepspeed(strategy):
+        return
+    if strategy.zero_stage_3:
         raise NotImplementedError(
-            f"{who} needs one gradient per task, and the per-task backward does not support "
-            "DeepSpeed yet (ZeRO reduces gradients inside its own buffers). Fix: train with "
-            "strategy ddp (configs/trainer/ddp.yaml) or on one device."
+            f"{who} needs one full gradient per task, and DeepSpeed ZeRO-3 partitions the "
+            "parameters themselves across ranks. Fix: use ZeRO stage 1 or 2 "
+            "(configs/trainer/deepspeed_zero2.yaml) or strategy ddp."
+        )
+    if (strategy.config or {}).get("fp16", {}).get("enabled"):
+        raise NotImplementedError(
+            f"{who} takes the per-task gradients outside DeepSpeed's fp16 loss scaler, where "
+            "small gradients underflow. Fix: train in bf16 (trainer precision bf16-mixed or "
+            "bf16-true) or fp32."
         )
 
 
@@ -50,28 +66,77 @@ def task_backward(
     task_of: Callable[[MicroBatch], str],
     hook: Any,
 ) -> dict[str, Tensor]:
-    """Per-task backward, the hook's combination written to ``param.grad``; returns the hook's
-    diagnostics under ``<hook class name>/<key>``."""
+    """Per-task backward, the hook's combination made the step's gradient (``param.grad``, or
+    DeepSpeed's buffers); returns the hook's diagnostics under ``<hook class name>/<key>``."""
     trainer = module.trainer
-    check_task_backward_supported(trainer.strategy, type(hook).__name__)
+    strategy = trainer.strategy
+    check_task_backward_supported(strategy, type(hook).__name__)
     params = {name: p for name, p in module.named_parameters() if p.requires_grad}
     by_task: dict[str, list[MicroBatch]] = {}
     for micro in micro_batches:
         by_task.setdefault(str(task_of(micro)), []).append(micro)
-    block_sync = getattr(trainer.strategy, "block_backward_sync", None)
     grads_by_task: dict[str, dict[str, Tensor]] = {}
     for task in _union_across_ranks(sorted(by_task)):
-        optimizer.zero_grad()
-        with block_sync() if callable(block_sync) else nullcontext():
-            for micro in by_task.get(task, []):
-                module.manual_backward(loss_fn(micro))
-        flat = torch.cat([_grad(p).reshape(-1).float() for p in params.values()])
+        if is_deepspeed(strategy):
+            flat = _autograd_task_gradient(by_task.get(task, []), loss_fn, params)
+        else:
+            flat = _backward_task_gradient(module, optimizer, by_task.get(task, []), loss_fn)
         grads_by_task[task] = _views(_mean_across_ranks(flat), params)
     combined, stats = hook.combine_task_gradients(trainer, module, grads_by_task)
-    for name, param in params.items():
-        param.grad = combined[name].detach().to(param.dtype).reshape(param.shape).clone()
+    if is_deepspeed(strategy):
+        _deepspeed_backward_of(module, combined, params)
+    else:
+        for name, param in params.items():
+            param.grad = combined[name].detach().to(param.dtype).reshape(param.shape).clone()
     name = type(hook).__name__
     return {f"{name}/{k}": torch.as_tensor(v).detach() for k, v in stats.items()}
+
+
+def _backward_task_gradient(
+    module: LightningModule,
+    optimizer: Any,
+    micro_batches: Sequence[MicroBatch],
+    loss_fn: Callable[[MicroBatch], Tensor],
+) -> Tensor:
+    """One task's local gradient, flat float32, by the strategy's backward (DDP: unsynced)."""
+    optimizer.zero_grad()
+    block_sync = getattr(module.trainer.strategy, "block_backward_sync", None)
+    with block_sync() if callable(block_sync) else nullcontext():
+        for micro in micro_batches:
+            module.manual_backward(loss_fn(micro))
+    params = [p for p in module.parameters() if p.requires_grad]
+    return torch.cat([_grad(p).reshape(-1).float() for p in params])
+
+
+def _autograd_task_gradient(
+    micro_batches: Sequence[MicroBatch],
+    loss_fn: Callable[[MicroBatch], Tensor],
+    params: Mapping[str, Tensor],
+) -> Tensor:
+    """One task's local gradient, flat float32, by ``torch.autograd.grad`` (DeepSpeed's gradient
+    hooks and buffers are not touched)."""
+    total = torch.zeros(sum(p.numel() for p in params.values()), dtype=torch.float32)
+    total = total.to(next(iter(params.values())).device)
+    inputs = list(params.values())
+    for micro in micro_batches:
+        grads = torch.autograd.grad(loss_fn(micro), inputs, allow_unused=True)
+        total += torch.cat(
+            [(g if g is not None else torch.zeros_like(p)).reshape(-1).float()
+             for g, p in zip(grads, inputs, strict=True)]
+        )  # fmt: skip
+    return total
+
+
+def _deepspeed_backward_of(
+    module: LightningModule, combined: Mapping[str, Tensor], params: Mapping[str, Tensor]
+) -> None:
+    """One engine backward whose gradient is exactly ``combined`` (the same on every rank)."""
+    start_micro_batch(module.trainer.strategy, last=True)
+    surrogate = sum(
+        (param * combined[name].detach().to(param.dtype).reshape(param.shape)).sum()
+        for name, param in params.items()
+    )
+    module.manual_backward(torch.as_tensor(surrogate))
 
 
 def _grad(param: Tensor) -> Tensor:

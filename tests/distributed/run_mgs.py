@@ -1,11 +1,14 @@
 """One MGS optimizer step of tests/mgs_fixtures.TaskModule, written to OUT as the final weights:
 
-    python -m tests.distributed.run_mgs single|ddp|authors GRANULARITY OUT
+    python -m tests.distributed.run_mgs single|ddp|zero1|zero2|zero3|authors GRANULARITY OUT
 
 ``single``: one process, all eight rows. ``ddp``: Lightning DDP on 2 CPU processes (gloo), four
-rows each. ``authors``: 2 processes that average the gradients across ranks BEFORE splitting
-them by domain (each rank's k-th domain slot averaged with the other rank's k-th, whatever the
-domains are), the order of the authors' code, then the same surgery and SGD step.
+rows each. ``zero1`` / ``zero2``: the same under DeepSpeed ZeRO-1 / ZeRO-2 (the CPU DeepSpeed
+strategy; ZeRO-1/2 keep the full parameters on every rank). ``zero3``: expected to be refused
+at setup (the refusal message is written to OUT.refused). ``authors``: 2 processes that average
+the gradients across ranks BEFORE splitting them by domain (each rank's k-th domain slot
+averaged with the other rank's k-th, whatever the domains are), the order of the authors' code,
+then the same surgery and SGD step.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import datetime
 import sys
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -21,20 +25,35 @@ import torch.multiprocessing as mp
 
 from lit_rlhf.algos.gradient_surgery import group_parameters, surgery
 from lit_rlhf.callbacks import ModularGradientSurgery
+from lit_rlhf.strategies import CPUDeepSpeedStrategy, shutdown_distributed
 from tests.mgs_fixtures import TaskData, TaskModule, loader
 
 SEED = 7
 
 
+def _strategy(mode: str) -> Any:
+    if mode.startswith("zero"):
+        return CPUDeepSpeedStrategy(stage=int(mode[-1]))
+    return "ddp" if mode == "ddp" else "auto"
+
+
 def lightning_step(mode: str, granularity: str, out: Path) -> None:
     module = TaskModule()
     trainer = L.Trainer(
-        accelerator="cpu", devices=2 if mode == "ddp" else 1,
-        strategy="ddp" if mode == "ddp" else "auto", max_steps=1, logger=False,
+        accelerator="cpu", devices=1 if mode == "single" else 2,
+        strategy=_strategy(mode), max_steps=1, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         callbacks=[ModularGradientSurgery(granularity=granularity, seed=SEED)],
     )  # fmt: skip
-    trainer.fit(module, loader(batch_size=4 if mode == "ddp" else 8))
+    try:
+        trainer.fit(module, loader(batch_size=8 if mode == "single" else 4))
+    except NotImplementedError as refused:
+        if mode != "zero3":
+            raise
+        out.with_suffix(".refused").write_text(str(refused))
+        return
+    finally:
+        shutdown_distributed()
     weights = {n: p.detach().clone() for n, p in module.named_parameters()}
     torch.save(weights, out.with_suffix(f".rank{trainer.global_rank}.pt"))
 
