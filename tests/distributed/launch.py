@@ -35,15 +35,17 @@ def run_python(*args: str, timeout: float = 300) -> str:
     return output
 
 
-def fit_with_fragment(fragment: str, root: Path, *overrides: str) -> str:
-    """``lit-rlhf fit`` of the tiny Countdown config composed with ``configs/trainer/<fragment>``,
-    one training and one validation batch (fast_dev_run)."""
+def fit_with_fragment(
+    fragment: str, root: Path, *overrides: str, config: str = "configs/ppo/countdown_tiny.yaml"
+) -> str:
+    """``lit-rlhf fit`` of a tiny config (default: Countdown) composed with
+    ``configs/trainer/<fragment>``, one training and one validation batch (fast_dev_run)."""
     return run_python(
         "-m",
         "lit_rlhf.cli",
         "fit",
         "--config",
-        "configs/ppo/countdown_tiny.yaml",
+        config,
         "--config",
         f"configs/trainer/{fragment}.yaml",
         "--trainer.fast_dev_run=true",

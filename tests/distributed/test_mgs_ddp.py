@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.distributed.launch import run_python
+from tests.distributed.launch import fit_with_fragment, run_python
 
 pytestmark = pytest.mark.distributed
 
@@ -53,3 +53,10 @@ def test_deepspeed_zero3_is_refused_with_the_fix(tmp_path: Path) -> None:
                timeout=180)  # fmt: skip
     message = (tmp_path / "z3.refused").read_text()
     assert "ZeRO-3" in message and "Fix: use ZeRO stage 1 or 2" in message
+
+
+def test_multidomain_ppo_with_mgs_runs_under_zero2(tmp_path: Path) -> None:
+    output = fit_with_fragment(
+        "cpu_deepspeed_zero2", tmp_path, config="configs/ppo/multidomain_tiny.yaml"
+    )
+    assert "`Trainer.fit` stopped: `max_steps=1` reached." in output
