@@ -1,5 +1,6 @@
-"""Data: prompt sources (Countdown, local files, hub datasets), preference-pair sources for
-generative reward models, judge templates, and the prompt data module."""
+"""Data: prompt sources (Countdown, local files, hub datasets), plain-text chunks for
+compressor-decoder modules, preference-pair sources for generative reward models, judge
+templates, and the prompt data module."""
 
 from lit_rlhf.data.countdown import countdown_question, generate_countdown
 from lit_rlhf.data.judge_templates import (
@@ -12,6 +13,7 @@ from lit_rlhf.data.pairs import PreferencePairs
 from lit_rlhf.data.prompts import PromptDataModule, collate_prompts
 from lit_rlhf.data.sources import CountdownPrompts, FilePrompts, PromptSource
 from lit_rlhf.data.synthetic_pairs import SyntheticPairs
+from lit_rlhf.data.text import TextChunks
 
 __all__ = [
     "JUDGE_TEMPLATES",
@@ -22,6 +24,7 @@ __all__ = [
     "PromptDataModule",
     "PromptSource",
     "SyntheticPairs",
+    "TextChunks",
     "collate_prompts",
     "countdown_question",
     "generate_countdown",

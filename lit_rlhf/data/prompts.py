@@ -10,6 +10,14 @@ A batch is a dict::
     task            [b] str
     row             [b] dict, the full data row (question, prompt, answer/numbers/target, ...)
 
+and, when the rows have ``continuation_ids`` (``TextChunks``: the tokens after a context),
+
+    continuation_ids   [b, C] long, right-padded with the pad id
+    continuation_mask  [b, C] bool, True on continuation tokens
+
+A ``pretokenized`` source (``TextChunks``) brings its own ``input_ids``: they are kept as they are
+(no chat template, system prompt or response prefix), and ``prompt`` is its ``question``.
+
 Shuffling is seeded by ``seed`` and the epoch, so the order of an epoch does not depend on how
 many epochs ran before it in this process. The training loader is torchdata's
 ``StatefulDataLoader``: Lightning stores its position in every checkpoint, so a run resumed from a
@@ -21,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import datasets
 import torch
@@ -52,14 +60,17 @@ class PromptDataModule(LightningDataModule):
         val_batch_size: prompts per validation batch; ``None`` uses ``batch_size``.
         test_batch_size: prompts per test batch; ``None`` uses the validation batch size.
         max_prompt_length: prompts longer than this many tokens are dropped (with a warning).
-        system_prompt: a system message put before each question.
+        system_prompt: a system message put before each question. Refused with a
+            ``pretokenized`` source, whose token ids are used as they are.
         use_chat_template: render prompts with the tokenizer's chat template (and open the
             assistant turn). Without it, or when the tokenizer has none, the prompt is the raw
-            question, preceded by ``system_prompt`` and a blank line if one is given.
+            question, preceded by ``system_prompt`` and a blank line if one is given. Not
+            applied to a ``pretokenized`` source's rows.
         response_prefix: text that opens the response, appended to every rendered prompt (an
             assistant pre-fill such as ``"<answer>"``); rewards see it at the end of the prompt.
             ``{subject}`` in it is replaced by each row's ``subject`` column (pair sources:
-            ``Response``, or ``Critique`` on ReflectRM's reflection rows).
+            ``Response``, or ``Critique`` on ReflectRM's reflection rows). Refused with a
+            ``pretokenized`` source.
         shuffle: shuffle the training prompts every epoch.
         seed: the shuffling seed.
         num_workers: DataLoader worker processes.
@@ -98,6 +109,7 @@ class PromptDataModule(LightningDataModule):
                 "MixturePrompts(schedule='sequential'): domain blocks by step ranges), and "
                 "shuffle=True would mix it. Fix: set data shuffle: false."
             )
+        _check_pretokenized((train, val, test), system_prompt, response_prefix)
         self.tokenizer = load_tokenizer(tokenizer)
         self.train_source = train
         self.val_source = val
@@ -199,19 +211,22 @@ class PromptDataModule(LightningDataModule):
         )
 
     def _prepare(self, source: PromptSource, split: str) -> datasets.Dataset:
+        bind_tokenizer = getattr(source, "bind_tokenizer", None)
+        if callable(bind_tokenizer):
+            bind_tokenizer(self.tokenizer)
         data = source.load()
-        missing = [c for c in _REQUIRED_COLUMNS if c not in data.column_names]
+        pretokenized = getattr(source, "pretokenized", False)
+        required = (*_REQUIRED_COLUMNS, "input_ids") if pretokenized else _REQUIRED_COLUMNS
+        missing = [c for c in required if c not in data.column_names]
         if missing:
             raise ValueError(
                 f"{type(source).__name__}.load() returned no {missing} column(s) (has "
-                f"{data.column_names}); a prompt source must provide {list(_REQUIRED_COLUMNS)}"
+                f"{data.column_names}); a prompt source must provide {list(required)}"
             )
-        subjects = data["subject"] if "subject" in data.column_names else [None] * len(data)
-        prompts = [
-            self.render_prompt(q, s) for q, s in zip(data["question"], subjects, strict=True)
-        ]
-        # A rendered template carries its own special tokens; a raw question gets the usual ones.
-        ids = self.tokenizer(prompts, add_special_tokens=not self.use_chat_template)["input_ids"]
+        if pretokenized:
+            prompts, ids = list(data["question"]), list(data["input_ids"])
+        else:
+            prompts, ids = self._render_and_tokenize(data)
         keep = [i for i, x in enumerate(ids) if len(x) <= self.max_prompt_length]
         dropped = len(ids) - len(keep)
         if not keep:
@@ -228,11 +243,34 @@ class PromptDataModule(LightningDataModule):
         data = data.add_column("prompt", prompts).add_column("input_ids", ids)
         return data.select(keep) if dropped else data
 
+    def _render_and_tokenize(self, data: datasets.Dataset) -> tuple[list[str], list[list[int]]]:
+        subjects = data["subject"] if "subject" in data.column_names else [None] * len(data)
+        prompts = [
+            self.render_prompt(q, s) for q, s in zip(data["question"], subjects, strict=True)
+        ]
+        # A rendered template carries its own special tokens; a raw question gets the usual ones.
+        ids = self.tokenizer(prompts, add_special_tokens=not self.use_chat_template)["input_ids"]
+        return prompts, ids
+
     @staticmethod
     def _require(data: datasets.Dataset | None, split: str) -> datasets.Dataset:
         if data is None:
             raise RuntimeError(f"the {split} prompts are not loaded; call setup() first")
         return data
+
+
+def _check_pretokenized(
+    sources: Sequence[PromptSource | None], system_prompt: str | None, response_prefix: str
+) -> None:
+    """A system prompt or response prefix would do nothing to a pretokenized source's ids."""
+    names = [type(s).__name__ for s in sources if getattr(s, "pretokenized", False)]
+    if names and (system_prompt or response_prefix):
+        raise ValueError(
+            f"{names[0]} is pretokenized: its input_ids are used as they are, so system_prompt "
+            f"({system_prompt!r}) and response_prefix ({response_prefix!r}) would not reach the "
+            "model. Fix: remove them from the data config (a module that needs a prefix adds "
+            "its tokens itself)."
+        )
 
 
 def render_chat_prompt(
@@ -270,15 +308,10 @@ def tokenize_prompts(
 
 
 def collate_prompts(rows: Sequence[dict[str, Any]], *, pad_token_id: int) -> dict[str, Any]:
-    """Left-pad tokenized rows into a batch (format in the module docstring)."""
-    length = max(len(row["input_ids"]) for row in rows)
-    input_ids = torch.full((len(rows), length), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), length), dtype=torch.bool)
-    for i, row in enumerate(rows):
-        n = len(row["input_ids"])
-        input_ids[i, length - n :] = torch.tensor(row["input_ids"], dtype=torch.long)
-        attention_mask[i, length - n :] = True
-    return {
+    """Left-pad tokenized rows into a batch, and right-pad their ``continuation_ids`` if they
+    have some (format in the module docstring)."""
+    input_ids, attention_mask = pad_ids([row["input_ids"] for row in rows], pad_token_id, "left")
+    batch: dict[str, Any] = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "prompt": [row["prompt"] for row in rows],
@@ -286,6 +319,27 @@ def collate_prompts(rows: Sequence[dict[str, Any]], *, pad_token_id: int) -> dic
         "task": [row["task"] for row in rows],
         "row": [{k: v for k, v in row.items() if k != "input_ids"} for row in rows],
     }
+    if "continuation_ids" in rows[0]:  # None on a mixture's rows from other sources
+        continuations = [row["continuation_ids"] or [] for row in rows]
+        batch["continuation_ids"], batch["continuation_mask"] = pad_ids(
+            continuations, pad_token_id, "right"
+        )
+    return batch
+
+
+def pad_ids(
+    sequences: Sequence[Sequence[int]], pad_token_id: int, side: Literal["left", "right"]
+) -> tuple[Tensor, Tensor]:
+    """Token id lists as a padded ``[b, max length]`` long tensor and its bool mask (True on
+    real tokens), padded on ``side``."""
+    length = max((len(ids) for ids in sequences), default=0)
+    ids = torch.full((len(sequences), length), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), length), dtype=torch.bool)
+    for i, seq in enumerate(sequences):
+        span = slice(length - len(seq), length) if side == "left" else slice(0, len(seq))
+        ids[i, span] = torch.tensor(seq, dtype=torch.long)
+        mask[i, span] = True
+    return ids, mask
 
 
 class EpochShuffleSampler(Sampler[int]):

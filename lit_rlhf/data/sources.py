@@ -31,7 +31,16 @@ _FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".cs
 
 @runtime_checkable
 class PromptSource(Protocol):
-    """Anything that yields a prompt table with ``query_id``, ``task`` and ``question`` columns."""
+    """Anything that yields a prompt table with ``query_id``, ``task`` and ``question`` columns.
+
+    Two optional hooks, read by :class:`~lit_rlhf.data.prompts.PromptDataModule`:
+
+    - ``bind_tokenizer(tokenizer)``: called with the data module's tokenizer before ``load()``,
+      for a source that needs one (``TextChunks`` chunks text by tokens);
+    - ``pretokenized = True``: the rows carry ``input_ids`` (list[int]) that the data module
+      keeps as they are, with no chat template; ``system_prompt`` and ``response_prefix`` are
+      refused for such a source.
+    """
 
     def load(self) -> datasets.Dataset: ...
 
