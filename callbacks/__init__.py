@@ -1,6 +1,8 @@
 """Reusable Lightning callbacks (import path ``lit_rlhf.callbacks``).
 
 - :class:`AdaptiveKL`: the adaptive KL coefficient rule, checkpointed.
+- :class:`CompressionDiagnostics`: a compressor's faithfulness at validation (effective rank,
+  decoder entropy, reconstruction fidelity, overwriting and drift probes).
 - :class:`ConsistencyAnswerReward`, :class:`CritiqueConsistencyReward`: ConsistRM's label-free
   rewards for a generative reward model (reward terms).
 - :class:`MetricsPlot`: PNG of logged metrics per step at the end of fit.
@@ -16,6 +18,7 @@
 """
 
 from lit_rlhf.callbacks.adaptive_kl import AdaptiveKL
+from lit_rlhf.callbacks.compression import CompressionDiagnostics
 from lit_rlhf.callbacks.consistency import ConsistencyAnswerReward, CritiqueConsistencyReward
 from lit_rlhf.callbacks.exploration import EntropyBonus, ForkingTokens, KLCov, TrustRegionEntropy
 from lit_rlhf.callbacks.gradient_surgery import ModularGradientSurgery
@@ -33,6 +36,7 @@ from lit_rlhf.training.protocols import (
 
 __all__ = [
     "AdaptiveKL",
+    "CompressionDiagnostics",
     "ConsistencyAnswerReward",
     "CritiqueConsistencyReward",
     "EntropyBonus",

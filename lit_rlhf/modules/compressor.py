@@ -1,0 +1,300 @@
+"""Train a context compressor against a frozen decoder (the "size-fidelity paradox", arXiv
+2602.09789; ICAE's architecture, arXiv 2307.06945): the compressor turns a context into ``k``
+memory vectors, the frozen decoder reads them as a soft prompt and reconstructs the context
+(autoencoding, after a learnable marker) and predicts the text that follows (continuation).
+
+Data: the shared :class:`~lit_rlhf.data.PromptDataModule` with a
+:class:`~lit_rlhf.data.TextChunks` source (``input_ids`` = the context, left-padded;
+``continuation_ids`` right-padded). Optimisation: the shared
+:class:`~lit_rlhf.training.OptimizerStep` (micro-batches, clipping, DDP / DeepSpeed). The frozen
+decoder is rebuilt from its source on every start and left out of checkpoints
+(:class:`~lit_rlhf.training.FrozenModules`). Validation returns, per batch, what
+:class:`~lit_rlhf.callbacks.CompressionDiagnostics` measures (memory, teacher-forced logits,
+reconstructions); :meth:`reconstruct` serves its probes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from lightning import LightningModule
+from torch import Tensor
+
+from lit_rlhf.data.prompts import pad_ids
+from lit_rlhf.models.compressor import (
+    MemoryCompressor,
+    decoder_prefix,
+    generate_from_prefix,
+    right_padded,
+    target_loss,
+    teacher_forced_logits,
+)
+from lit_rlhf.models.loading import Dtype, load_causal_lm, load_tokenizer
+from lit_rlhf.modules.compressor_setup import check_compressor_settings, lora_wrap
+from lit_rlhf.strategies import transformers_zero3_context
+from lit_rlhf.training import FrozenModules, OptimizerStep, freeze
+
+AE, LM = 0, 1  # the markers' rows: autoencoding, continuation
+
+
+class CompressorDecoderModule(LightningModule):
+    """Args:
+    compressor: the compressor LM: hub id, local folder or ``builtin:<name>``.
+    decoder: the frozen decoder LM (same tokenizer as the compressor: one vocabulary).
+    tokenizer: a tokenizer object; the CLI links the DataModule's.
+    num_memory_tokens: ``k``; or None and ``compression_rate`` with ``context_tokens``.
+    compression_rate: context tokens per memory token (``k = ceil(context_tokens / rate)``).
+    context_tokens: the data's context length, for ``compression_rate``.
+    ae_weight, lm_weight: the autoencoding and continuation losses' weights (>= 0, not both 0);
+        each loss is a token mean over the batch.
+    lora_rank: 0 = train the whole compressor; > 0 = LoRA adapters (peft) of this rank on
+        ``lora_target_modules`` with ``lora_alpha``, the base frozen. The memory embeddings,
+        projection and markers always train.
+    lr, weight_decay, max_grad_norm: AdamW and clipping.
+    micro_batch_size: contexts per forward/backward.
+    max_new_tokens: reconstruction length limit at evaluation (None: the context length + 8).
+    reconstruct_on_validation: generate reconstructions in validation (the fidelity metrics).
+    dtype, decoder_dtype: the two networks' weights.
+    """
+
+    def __init__(
+        self,
+        compressor: str = "builtin:tiny-llama",
+        decoder: str = "builtin:tiny-llama",
+        tokenizer: Any = None,
+        num_memory_tokens: int | None = 4,
+        compression_rate: float | None = None,
+        context_tokens: int | None = None,
+        ae_weight: float = 1.0,
+        lm_weight: float = 0.0,
+        lora_rank: int = 0,
+        lora_alpha: int = 16,
+        lora_target_modules: str | list[str] = "all-linear",
+        lr: float = 1e-4,
+        weight_decay: float = 0.0,
+        max_grad_norm: float | None = 1.0,
+        micro_batch_size: int = 8,
+        max_new_tokens: int | None = None,
+        reconstruct_on_validation: bool = True,
+        dtype: Dtype = "float32",
+        decoder_dtype: Dtype = "float32",
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer"])
+        check_compressor_settings(self.hparams)
+        self.k = num_memory_tokens or _rate_to_k(compression_rate, context_tokens)
+        self.automatic_optimization = False
+        self.step_optimizer = OptimizerStep(max_grad_norm=max_grad_norm)
+        self.frozen = FrozenModules("decoder")
+        self.tokenizer = tokenizer
+        self.compressor: MemoryCompressor | None = None
+        self.decoder: Any = None
+
+    @property
+    def hp(self) -> Any:
+        return self.hparams
+
+    def configure_model(self) -> None:
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        self.step_optimizer.configure(strategy)
+        if self.compressor is not None:
+            return
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.hp.decoder)
+        with transformers_zero3_context(strategy):
+            decoder = freeze(load_causal_lm(self.hp.decoder, dtype=self.hp.decoder_dtype))
+            lm = load_causal_lm(self.hp.compressor, dtype=self.hp.dtype)
+        _check_vocabulary(self.tokenizer, lm, decoder, self.hp.compressor, self.hp.decoder)
+        embedding: Any = decoder.get_input_embeddings()
+        embed_std = float(embedding.weight.detach().float().std())
+        self.decoder = decoder
+        self.compressor = MemoryCompressor(
+            lora_wrap(lm, self.hp.lora_rank, self.hp.lora_alpha, self.hp.lora_target_modules),
+            num_memory_tokens=self.k,
+            decoder_width=int(decoder.config.hidden_size),
+            marker_scale=embed_std,
+        ).to(getattr(torch, self.hp.dtype))
+
+    def configure_optimizers(self) -> Any:
+        assert self.compressor is not None
+        params = [p for p in self.compressor.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+
+    # ------------------------------------------------------------------ forward
+    def compress(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """Contexts [B, L] -> memory [B, k, d] in the decoder's dtype."""
+        assert self.compressor is not None, "call configure_model() first"
+        return self.compressor(input_ids, attention_mask).to(self.decoder.dtype)
+
+    def losses(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        """Summed token losses and token counts of both tasks; the teacher-forced
+        autoencoding logits and targets; the memory."""
+        memory = self.compress(batch["input_ids"], batch["attention_mask"])
+        out: dict[str, Tensor] = {"memory": memory}
+        assert self.compressor is not None
+        markers = self.compressor.markers
+        if self.hp.ae_weight > 0:
+            ids, mask = self._ae_targets(batch["input_ids"], batch["attention_mask"])
+            logits = teacher_forced_logits(
+                self.decoder, decoder_prefix(memory, markers[AE]), ids, mask
+            )
+            out["ae_sum"], out["ae_count"] = target_loss(logits, ids, mask)
+            out.update(ae_logits=logits, ae_ids=ids, ae_mask=mask)
+        if self.hp.lm_weight > 0:
+            ids, mask = batch["continuation_ids"], batch["continuation_mask"]
+            logits = teacher_forced_logits(
+                self.decoder, decoder_prefix(memory, markers[LM]), ids, mask
+            )
+            out["lm_sum"], out["lm_count"] = target_loss(logits, ids, mask)
+        return out
+
+    def _ae_targets(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The context, right-padded, followed by EOS (so generation learns where to stop)."""
+        pad, eos = int(self.tokenizer.pad_token_id), int(self.tokenizer.eos_token_id)
+        ids, mask = right_padded(input_ids, attention_mask, pad_id=pad)
+        ids = torch.cat([ids, ids.new_full((ids.shape[0], 1), pad)], dim=1)
+        mask = torch.cat([mask, mask.new_zeros(mask.shape[0], 1)], dim=1)
+        lengths = mask.sum(-1)
+        ids[torch.arange(ids.shape[0]), lengths] = eos
+        mask[torch.arange(ids.shape[0]), lengths] = True
+        return ids, mask
+
+    # ----------------------------------------------------------------- training
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        size = self.hp.micro_batch_size
+        rows = batch["input_ids"].shape[0]
+        micro = [_slice(batch, i, i + size) for i in range(0, rows, size)]
+        totals = self._token_totals(batch)
+        parts: list[dict[str, Tensor]] = []
+
+        def loss_fn(part: dict[str, Any]) -> Tensor:
+            out = self.losses(part)
+            loss = self._weighted(out, totals)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"non-finite compressor loss at step {self.global_step}. Fix: lower lr, "
+                    "set max_grad_norm, or train in float32 (dtype)."
+                )
+            parts.append({k: v.detach() for k, v in out.items() if k.endswith(("_sum", "_count"))})
+            return loss
+
+        stats = self.step_optimizer(self, self.optimizers(), micro, loss_fn)
+        logged = {**self._mean_losses(parts, "train"), **stats}
+        loss = logged.pop("train/loss")
+        self.log_dict(logged, batch_size=rows, prog_bar=False)
+        self.log("train/loss", loss, batch_size=rows, prog_bar=True)
+        return loss
+
+    def _token_totals(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        totals = {"ae": batch["attention_mask"].sum() + batch["attention_mask"].shape[0]}
+        if self.hp.lm_weight > 0:
+            if "continuation_ids" not in batch:
+                raise ValueError(
+                    "lm_weight > 0 needs continuations, and the batch has no continuation_ids. "
+                    "Fix: give the TextChunks source continuation_tokens > 0, or set lm_weight: 0."
+                )
+            totals["lm"] = batch["continuation_mask"].sum().clamp(min=1)
+        return totals
+
+    def _weighted(self, out: dict[str, Tensor], totals: dict[str, Tensor]) -> Tensor:
+        loss = out["memory"].new_zeros((), dtype=torch.float32)
+        if "ae_sum" in out:
+            loss = loss + self.hp.ae_weight * out["ae_sum"] / totals["ae"]
+        if "lm_sum" in out:
+            loss = loss + self.hp.lm_weight * out["lm_sum"] / totals["lm"]
+        return loss
+
+    def _mean_losses(self, parts: Sequence[dict[str, Tensor]], stage: str) -> dict[str, Tensor]:
+        logged: dict[str, Tensor] = {}
+        total = torch.zeros(())
+        for task, weight in (("ae", self.hp.ae_weight), ("lm", self.hp.lm_weight)):
+            if weight > 0:
+                count = sum(float(p[f"{task}_count"]) for p in parts)
+                mean = sum(p[f"{task}_sum"].cpu() for p in parts) / max(count, 1.0)
+                logged[f"{stage}/{task}_loss"] = torch.as_tensor(mean)
+                total = total + weight * torch.as_tensor(mean)
+        logged[f"{stage}/loss"] = total
+        return logged
+
+    # --------------------------------------------------------------- evaluation
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        return self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        return self._evaluate(batch, "test")
+
+    def _evaluate(self, batch: dict[str, Any], stage: str) -> dict[str, Any]:
+        out = self.losses(batch)
+        parts = [{k: v for k, v in out.items() if k.endswith(("_sum", "_count"))}]
+        rows = batch["input_ids"].shape[0]
+        self.log_dict(self._mean_losses(parts, stage), batch_size=rows, sync_dist=True)
+        result: dict[str, Any] = {"memory": out["memory"].detach()}
+        if "ae_logits" in out:
+            result.update(logits=out["ae_logits"].detach(), logits_mask=out["ae_mask"])
+        if self.hp.reconstruct_on_validation:
+            result["references"] = self.tokenizer.batch_decode(
+                [
+                    ids[mask].tolist()
+                    for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)
+                ]
+            )
+            result["reconstructions"] = self._generate(out["memory"], batch["attention_mask"])
+        return result
+
+    def _generate(self, memory: Tensor, attention_mask: Tensor) -> list[str]:
+        assert self.compressor is not None
+        limit = self.hp.max_new_tokens or int(attention_mask.sum(-1).max()) + 8
+        ids = generate_from_prefix(
+            self.decoder,
+            decoder_prefix(memory, self.compressor.markers[AE]),
+            max_new_tokens=limit,
+            eos_token_id=int(self.tokenizer.eos_token_id),
+            pad_token_id=int(self.tokenizer.pad_token_id),
+        )
+        return list(self.tokenizer.batch_decode(ids, skip_special_tokens=True))
+
+    @torch.no_grad()
+    def reconstruct(self, texts: Sequence[str], max_context_tokens: int = 512) -> list[str]:
+        """Compress each text and decode it back (greedy), for probes and demos."""
+        encoded = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        ids, mask = pad_ids(
+            [x[:max_context_tokens] for x in encoded], int(self.tokenizer.pad_token_id), "left"
+        )
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        return self._generate(self.compress(ids, mask), mask)
+
+    # -------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.frozen.drop(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.frozen.restore(self, checkpoint)
+
+
+def _rate_to_k(rate: float | None, context_tokens: int | None) -> int:
+    assert rate is not None and context_tokens is not None  # checked with the settings
+    return max(1, math.ceil(context_tokens / rate))
+
+
+def _slice(batch: dict[str, Any], start: int, end: int) -> dict[str, Any]:
+    return {k: v[start:end] for k, v in batch.items()}
+
+
+def _check_vocabulary(tokenizer: Any, lm: Any, decoder: Any, lm_name: str, dec_name: str) -> None:
+    size = len(tokenizer)
+    for name, model in ((lm_name, lm), (dec_name, decoder)):
+        rows = int(model.get_input_embeddings().weight.shape[0])
+        if rows < size:
+            raise ValueError(
+                f"the tokenizer has {size} tokens but {name} embeds only {rows}: the compressor "
+                "and the decoder must share one vocabulary. Fix: use the decoder's tokenizer "
+                "(data.tokenizer) and a compressor of the same family."
+            )
+    if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
+        raise ValueError(
+            "the tokenizer needs an EOS token (reconstructions end with it) and a pad token. "
+            "Fix: use a tokenizer that defines both."
+        )

@@ -1,0 +1,66 @@
+"""Settings checks and the optional LoRA wrapping of :class:`CompressorDecoderModule`, kept apart
+so the module reads as its forward, losses and evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def check_compressor_settings(hp: Mapping[str, Any]) -> None:
+    """Refuse, before any model loads, a setting that would fail later or silently do nothing."""
+    k, rate, context = hp["num_memory_tokens"], hp["compression_rate"], hp["context_tokens"]
+    if k is not None and rate is not None:
+        raise ValueError(
+            f"set either num_memory_tokens ({k}) or compression_rate ({rate}), not both. Fix: "
+            "drop one (num_memory_tokens: null to use the rate)."
+        )
+    if k is None and (rate is None or context is None):
+        raise ValueError(
+            "the number of memory tokens is unset: give num_memory_tokens, or compression_rate "
+            "together with context_tokens (the data's context length)."
+        )
+    if k is not None and k < 1:
+        raise ValueError(f"num_memory_tokens must be >= 1, got {k}")
+    if rate is not None and not rate > 0:
+        raise ValueError(f"compression_rate must be > 0, got {rate}")
+    if context is not None and context < 1:
+        raise ValueError(f"context_tokens must be >= 1, got {context}")
+    _check_weights(hp["ae_weight"], hp["lm_weight"])
+    if not hp["lr"] > 0 or hp["weight_decay"] < 0:
+        raise ValueError(
+            f"need lr > 0 and weight_decay >= 0; got lr={hp['lr']}, "
+            f"weight_decay={hp['weight_decay']} (a negative lr would ascend the loss)"
+        )
+    if hp["micro_batch_size"] < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {hp['micro_batch_size']}")
+    if hp["max_new_tokens"] is not None and hp["max_new_tokens"] < 1:
+        raise ValueError(f"max_new_tokens must be >= 1 or None, got {hp['max_new_tokens']}")
+    if hp["lora_rank"] < 0 or (hp["lora_rank"] > 0 and not hp["lora_alpha"] > 0):
+        raise ValueError(
+            f"need lora_rank >= 0 (0: no LoRA) and lora_alpha > 0; got {hp['lora_rank']}, "
+            f"{hp['lora_alpha']}"
+        )
+
+
+def _check_weights(ae: float, lm: float) -> None:
+    if ae < 0 or lm < 0 or ae + lm == 0:
+        raise ValueError(
+            f"the loss weights must be >= 0 and not both 0; got ae_weight={ae}, lm_weight={lm}. "
+            "Fix: ae_weight: 1.0 (reconstruction) and/or lm_weight > 0 (continuation)."
+        )
+
+
+def lora_wrap(lm: Any, rank: int, alpha: int, target_modules: str | list[str]) -> Any:
+    """``lm`` with peft LoRA adapters of ``rank`` (the base frozen), or ``lm`` itself for 0."""
+    if rank == 0:
+        return lm
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise ImportError(
+            "lora_rank > 0 needs peft. Fix: pip install 'lit-rlhf[lora]' (or peft), or set "
+            "lora_rank: 0 to train the whole compressor."
+        ) from err
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=target_modules, lora_dropout=0.0)
+    return get_peft_model(lm, config)
