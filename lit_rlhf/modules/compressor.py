@@ -191,9 +191,9 @@ class CompressorDecoderModule(LightningModule):
     def _token_totals(self, batch: dict[str, Any]) -> dict[str, Tensor]:
         totals = {"ae": batch["attention_mask"].sum() + batch["attention_mask"].shape[0]}
         if self.hp.lm_weight > 0:
-            if "continuation_ids" not in batch:
+            if "continuation_ids" not in batch or batch["continuation_ids"].shape[1] == 0:
                 raise ValueError(
-                    "lm_weight > 0 needs continuations, and the batch has no continuation_ids. "
+                    "lm_weight > 0 needs continuations, and no row of the batch has one. "
                     "Fix: give the TextChunks source continuation_tokens > 0, or set lm_weight: 0."
                 )
             totals["lm"] = batch["continuation_mask"].sum().clamp(min=1)

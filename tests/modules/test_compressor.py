@@ -1,0 +1,149 @@
+"""CompressorDecoderModule: settings refused before any model loads, the projection between
+widths, the frozen decoder out of checkpoints, an exact resume (memory embeddings, projection,
+markers, optimizer), LoRA, and the losses' arithmetic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lit_rlhf.data import PromptDataModule, TextChunks
+from lit_rlhf.models.tiny import TinyModelSpec, write_tiny_model
+from lit_rlhf.modules import CompressorDecoderModule
+
+SAMPLE = Path(__file__).parents[2] / "lit_rlhf" / "data" / "samples" / "text_sample.jsonl"
+
+
+def _data(batch_size: int = 4) -> PromptDataModule:
+    chunks = TextChunks(path=str(SAMPLE), context_tokens=16, continuation_tokens=8, max_chunks=32)
+    return PromptDataModule(tokenizer="builtin:tiny-llama", train=chunks, batch_size=batch_size,
+                            shuffle=False)  # fmt: skip
+
+
+def _module(data: PromptDataModule, **kwargs: Any) -> CompressorDecoderModule:
+    settings: dict[str, Any] = {"num_memory_tokens": 4, "lm_weight": 0.5, "lr": 1e-3,
+                                "micro_batch_size": 2, **kwargs}  # fmt: skip
+    return CompressorDecoderModule(tokenizer=data.tokenizer, **settings)
+
+
+def _trainer(root: Path, steps: int, callbacks: list | None = None) -> L.Trainer:  # type: ignore[type-arg]
+    return L.Trainer(accelerator="cpu", max_steps=steps, logger=False, default_root_dir=root,
+                     enable_progress_bar=False, enable_model_summary=False,
+                     limit_val_batches=0, callbacks=callbacks)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"num_memory_tokens": 4, "compression_rate": 4.0}, "either num_memory_tokens"),
+        ({"num_memory_tokens": None}, "number of memory tokens is unset"),
+        ({"num_memory_tokens": 0}, "num_memory_tokens must be >= 1"),
+        (
+            {"num_memory_tokens": None, "compression_rate": -2.0, "context_tokens": 32},
+            "compression_rate must be > 0",
+        ),
+        ({"lr": -1e-4}, "a negative lr would ascend"),
+        ({"ae_weight": 0.0, "lm_weight": 0.0}, "not both 0"),
+        ({"lm_weight": -1.0}, "must be >= 0"),
+        ({"lora_rank": -1}, "lora_rank >= 0"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
+        ({"micro_batch_size": 0}, "micro_batch_size must be >= 1"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_model_loads(settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CompressorDecoderModule(compressor="no/such-model", decoder="no/such-model", **settings)
+
+
+def test_compression_rate_sets_k() -> None:
+    module = CompressorDecoderModule(num_memory_tokens=None, compression_rate=6, context_tokens=32)
+    assert module.k == 6  # ceil(32 / 6)
+
+
+def test_a_wider_compressor_is_projected_to_the_decoder_width(tmp_path: Path) -> None:
+    wide = write_tiny_model(tmp_path / "wide", TinyModelSpec(hidden_size=96, num_heads=4))
+    data = _data()
+    data.setup("fit")
+    module = _module(data, compressor=str(wide))
+    module.configure_model()
+    assert isinstance(module.compressor.projection, torch.nn.Linear)  # type: ignore[union-attr]
+    batch = next(iter(data.train_dataloader()))
+    memory = module.compress(batch["input_ids"], batch["attention_mask"])
+    assert memory.shape == (4, 4, module.decoder.config.hidden_size)
+
+
+def test_the_autoencoding_loss_is_the_token_mean_over_context_and_eos() -> None:
+    data = _data()
+    data.setup("fit")
+    module = _module(data, lm_weight=0.0)
+    module.configure_model()
+    batch = next(iter(data.train_dataloader()))
+    out = module.losses(batch)
+    # every context has 16 tokens, plus the EOS the reconstruction ends with
+    assert int(out["ae_count"]) == 4 * (16 + 1)
+    logits, ids, mask = out["ae_logits"], out["ae_ids"], out["ae_mask"]
+    assert (ids[:, 16] == data.tokenizer.eos_token_id).all() and mask.all()
+    by_hand = -torch.log_softmax(logits.float(), -1).gather(-1, ids[..., None]).sum()
+    torch.testing.assert_close(out["ae_sum"], by_hand)
+
+
+def test_checkpoints_leave_out_the_decoder_and_resume_exactly(tmp_path: Path) -> None:
+    def fit(steps: int, root: Path, ckpt: str | None = None) -> CompressorDecoderModule:
+        data = _data()
+        L.seed_everything(0)
+        module = _module(data)
+        # saved during training, as a real run does (a checkpoint written after fit has ended
+        # holds no data position, and a resume from it would restart the epoch)
+        every = ModelCheckpoint(dirpath=root, filename="{step}", every_n_train_steps=2,
+                                save_top_k=-1)  # fmt: skip
+        _trainer(root, steps, [every]).fit(module, datamodule=data, ckpt_path=ckpt)
+        return module
+
+    straight = fit(4, tmp_path / "a")
+    fit(2, tmp_path / "b")
+    saved = torch.load(tmp_path / "b" / "step=2.ckpt", weights_only=True)
+    keys = list(saved["state_dict"])
+    assert not [k for k in keys if k.startswith("decoder.")]
+    assert {"compressor.memory", "compressor.markers"} <= set(keys)
+    assert saved["optimizer_states"][0]["state"]  # AdamW moments are saved
+    resumed = fit(4, tmp_path / "b", ckpt=str(tmp_path / "b" / "step=2.ckpt"))
+    assert resumed.compressor is not None and straight.compressor is not None
+    for (name, a), b in zip(straight.compressor.named_parameters(),
+                            resumed.compressor.parameters(), strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
+
+
+def test_training_moves_only_the_compressor(tmp_path: Path) -> None:
+    data = _data()
+    module = _module(data)
+    module.configure_model()
+    before = {n: p.detach().clone() for n, p in module.named_parameters()}
+    _trainer(tmp_path, 2).fit(module, datamodule=data)
+    for name, param in module.named_parameters():
+        moved = not torch.equal(param.detach(), before[name])
+        assert moved != name.startswith("decoder."), name
+
+
+def test_lora_trains_adapters_memory_projection_and_markers_only(tmp_path: Path) -> None:
+    pytest.importorskip("peft", reason="LoRA needs the [lora] extra")
+    data = _data()
+    module = _module(data, lora_rank=4)
+    module.configure_model()
+    trainable = [n for n, p in module.named_parameters() if p.requires_grad]
+    assert trainable and all(
+        "lora_" in n or n in ("compressor.memory", "compressor.markers") for n in trainable
+    ), trainable
+    _trainer(tmp_path, 1).fit(module, datamodule=data)
+
+
+def test_continuation_loss_needs_continuations() -> None:
+    chunks = TextChunks(path=str(SAMPLE), context_tokens=16, max_chunks=8)
+    data = PromptDataModule(tokenizer="builtin:tiny-llama", train=chunks, batch_size=4)
+    module = _module(data, lm_weight=1.0)
+    with pytest.raises(ValueError, match="continuation_tokens > 0"):
+        _trainer(Path("."), 1).fit(module, datamodule=data)
