@@ -10,7 +10,8 @@ Data: the shared :class:`~lit_rlhf.data.PromptDataModule` with a
 decoder is rebuilt from its source on every start and left out of checkpoints
 (:class:`~lit_rlhf.training.FrozenModules`). Validation returns, per batch, what
 :class:`~lit_rlhf.callbacks.CompressionDiagnostics` measures (memory, teacher-forced logits,
-reconstructions); :meth:`reconstruct` serves its probes.
+reconstructions); :meth:`reconstruct` serves its probes. Logged: ``train|val|test/ae_loss``,
+``lm_loss`` (token means), ``loss`` (weighted), ``val|test/memory_gain`` (:meth:`memory_gain`).
 """
 
 from __future__ import annotations
@@ -230,7 +231,24 @@ class CompressorDecoderModule(LightningModule):
         out = self.losses(batch)
         parts = [{k: v for k, v in out.items() if k.endswith(("_sum", "_count"))}]
         rows = batch["input_ids"].shape[0]
-        self.log_dict(self._mean_losses(parts, stage), batch_size=rows, sync_dist=True)
+        logged = self._mean_losses(parts, stage)
+        if "ae_sum" in out and rows > 1:
+            logged[f"{stage}/memory_gain"] = self.memory_gain(out)
+        self.log_dict(logged, batch_size=rows, sync_dist=True)
+        return self._evaluate_outputs(batch, out)
+
+    def memory_gain(self, out: dict[str, Tensor]) -> Tensor:
+        """Autoencoding loss per token with another context's memory (the batch rolled by one)
+        minus with the context's own: how much context-specific information the memory
+        carries (0: the decoder reconstructs a generic text from any memory)."""
+        assert self.compressor is not None
+        rolled = decoder_prefix(out["memory"].roll(1, dims=0), self.compressor.markers[AE])
+        logits = teacher_forced_logits(self.decoder, rolled, out["ae_ids"], out["ae_mask"])
+        other, count = target_loss(logits, out["ae_ids"], out["ae_mask"])
+        return ((other - out["ae_sum"]) / count.clamp(min=1)).detach()
+
+    def _evaluate_outputs(self, batch: dict[str, Any], out: dict[str, Tensor]) -> dict[str, Any]:
+        """What :class:`~lit_rlhf.callbacks.CompressionDiagnostics` reads (module docstring)."""
         result: dict[str, Any] = {"memory": out["memory"].detach()}
         if "ae_logits" in out:
             result.update(logits=out["ae_logits"].detach(), logits_mask=out["ae_mask"])
