@@ -38,14 +38,13 @@ class AdaptiveKL(Callback):
         self.controller = AdaptiveKLController(init_kl_coef, target=target, horizon=horizon)
 
     @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "fit":  # before configure_model: no model has loaded yet
+            _check_module_kl(pl_module)
+
+    @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        coef = getattr(pl_module, "kl_coef", None)
-        if not isinstance(coef, (int, float)) or coef <= 0:
-            raise ValueError(
-                f"AdaptiveKL needs a module with a `kl_coef` attribute > 0 (so that it measures a "
-                f"KL to a reference); {type(pl_module).__name__} has kl_coef={coef!r}. Fix: set "
-                "model.init_args.kl_coef > 0."
-            )
+        _check_module_kl(pl_module)
         setattr(pl_module, "kl_coef", self.controller.value)  # noqa: B010 (protocol attribute)
 
     @override
@@ -72,3 +71,13 @@ class AdaptiveKL(Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.controller.load_state_dict(state_dict)
+
+
+def _check_module_kl(pl_module: LightningModule) -> None:
+    coef = getattr(pl_module, "kl_coef", None)
+    if not isinstance(coef, (int, float)) or coef <= 0:
+        raise ValueError(
+            f"AdaptiveKL needs a module with a `kl_coef` attribute > 0 (so that it measures a "
+            f"KL to a reference); {type(pl_module).__name__} has kl_coef={coef!r}. Fix: set "
+            "model.init_args.kl_coef > 0."
+        )

@@ -89,4 +89,8 @@ class CompressionDiagnostics(Callback):
             rates = probe_rates(self.probe_items, texts)
             logged.update({f"val/probe/{k}": torch.tensor(v) for k, v in rates.items()})
         if logged:
-            pl_module.log_dict({k: torch.as_tensor(v).float() for k, v in logged.items()})
+            # the same on every rank (the metrics reduce across ranks, every rank probes the
+            # same weights): sync_dist keeps them; on the module's device, which NCCL needs
+            device = pl_module.device
+            values = {k: torch.as_tensor(v, device=device).float() for k, v in logged.items()}
+            pl_module.log_dict(values, sync_dist=True)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import torch
 from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
@@ -71,6 +72,17 @@ class ScheduledValue:
         self.steps = int(state["steps"])
 
 
+def _check_bonus(alpha: float, final_alpha: float | None, name: str) -> None:
+    """An entropy *bonus* weight: a negative one would minimise the entropy."""
+    for key, value in (("alpha", alpha), ("final_alpha", final_alpha)):
+        if value is not None and not value >= 0:
+            raise ValueError(
+                f"{name}: {key}={value} must be >= 0 (a negative weight turns the entropy bonus "
+                "into an entropy penalty). Fix: use a small positive alpha such as 0.001, or "
+                "leave the callback out."
+            )
+
+
 class _Scheduled(Callback):
     """Shared schedule plumbing: count optimizer steps, checkpoint the count."""
 
@@ -109,6 +121,9 @@ class EntropyBonus(_Scheduled):
         total_steps: int | None = None,
         chunk_size: int = 1024,
     ) -> None:
+        _check_bonus(alpha, final_alpha, type(self).__name__)
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1 (positions per chunk), got {chunk_size}")
         self.coefficient = ScheduledValue(alpha, schedule, final_alpha, warmup_steps, total_steps)
         self.chunk_size = chunk_size
 
@@ -128,7 +143,9 @@ class TrustRegionEntropy(_Scheduled):
     Logs the TRE entropy, the full-vocabulary entropy, mean |A_t| and the top-1 mass.
 
     Args:
-        alpha: bonus weight (paper: 0.001). mode, k, p, max_candidates: the region.
+        alpha: bonus weight (paper: 0.001). mode, k, p, max_candidates: the region (k and
+            max_candidates >= 2: a one-token region has no entropy; a ``p`` that leaves one
+            token at every position of the first micro-batch is warned about).
         schedule, final_alpha, warmup_steps, total_steps: the coefficient schedule.
         log_full_entropy: also log the full-vocabulary entropy and top-1 mass (computed once per
             micro-batch and shared with the module's own ``ppo/entropy`` log).
@@ -147,15 +164,21 @@ class TrustRegionEntropy(_Scheduled):
         total_steps: int | None = None,
         log_full_entropy: bool = True,
     ) -> None:
+        _check_bonus(alpha, final_alpha, type(self).__name__)
         self.coefficient = ScheduledValue(alpha, schedule, final_alpha, warmup_steps, total_steps)
         self.region = dict(mode=mode, k=k, p=p, max_candidates=max_candidates)
         # fail at config time, not at the first training step
         trust_region_entropy(torch.zeros(1, max(k, 2)), **self.region)  # type: ignore[arg-type]
+        _check_region_can_grow(mode, k, max_candidates)
         self.log_full_entropy = log_full_entropy
+        self._region_checked = False
 
     def policy_loss_term(self, trainer: Any, pl_module: Any, ctx: PolicyLossContext) -> Term:
         alpha = self.coefficient()
         tre, size = trust_region_entropy(ctx.logits, **self.region)  # type: ignore[arg-type]
+        if not self._region_checked and self.region["mode"] == "topp":
+            self._region_checked = True  # once: a p below every top-1 mass leaves one token
+            _warn_if_single_token(size, ctx.mask, float(self.region["p"]))
         stats = {
             "tre_entropy": masked_mean(tre.detach(), ctx.mask),
             "region_size": masked_mean(size.float(), ctx.mask),
@@ -164,6 +187,31 @@ class TrustRegionEntropy(_Scheduled):
         if self.log_full_entropy:
             stats.update(ctx.full_vocab_means())
         return -alpha * tre.to(ctx.per_token_loss.dtype), stats
+
+
+def _check_region_can_grow(mode: str, k: int, max_candidates: int) -> None:
+    """A region of one token has entropy 0 at every position: the term would do nothing."""
+    if mode == "topk" and k < 2:
+        raise ValueError(
+            f"TrustRegionEntropy(mode='topk', k={k}): a region of one token has entropy 0, so "
+            "the term would be inert. Fix: k >= 2 (the paper uses 2)."
+        )
+    if mode == "topp" and max_candidates < 2:
+        raise ValueError(
+            f"TrustRegionEntropy(mode='topp', max_candidates={max_candidates}): a region of one "
+            "token has entropy 0, so the term would be inert. Fix: max_candidates >= 2 (the "
+            "paper uses 256)."
+        )
+
+
+def _warn_if_single_token(size: Tensor, mask: Tensor, p: float) -> None:
+    counted = size[mask.bool()]
+    if counted.numel() > 0 and bool((counted <= 1).all()):
+        rank_zero_warn(
+            f"TrustRegionEntropy(mode='topp', p={p}): every response token of the first "
+            "micro-batch has a one-token region (its top-1 probability already reaches p), where "
+            "the TRE term is 0. Fix: raise p (the paper uses 0.99)."
+        )
 
 
 class ForkingTokens(_Scheduled):

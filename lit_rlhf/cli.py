@@ -15,18 +15,36 @@ hyperparameters. lit-rlhf keeps that for ``fit`` (a resume continues the run it 
 warns about every setting of the config it overrides; for ``validate``, ``test`` and ``predict``
 the config's settings win (the checkpoint gives the weights: evaluate a trained judge with
 another ``inference``), with a warning naming the settings that differ from the checkpoint's.
+Every trainer gets :class:`~lit_rlhf.training.CheckpointOnInterrupt` unless the config has one:
+SIGTERM or Ctrl-C during ``fit`` saves ``interrupted.ckpt`` (next to ModelCheckpoint's, else in
+``<default_root_dir>/checkpoints``) after the current batch and exits with 143 / 130.
+A resume whose checkpoint was trained from another model than the data's tokenizer is refused,
+and so is a ``--ckpt_path`` that is not a readable checkpoint (both name the file).
+Checkpoint files are written atomically (:class:`~lit_rlhf.training.AtomicCheckpointIO`: a run
+killed mid-write leaves ``last.ckpt`` whole) unless the config chooses a checkpoint IO plugin.
+
+A refused configuration ends with the cause (:mod:`lit_rlhf.cli_errors`): a parse error prints
+the keys that lead to it and ``error: <key>: <cause>. Fix: ...`` last; an error raised by a
+class while the CLI builds it propagates as that class's own exception, not inside
+jsonargparse's union report with its namespace dump.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import warnings
+import zipfile
+from pathlib import Path
 from typing import Any
 
-from lightning import LightningDataModule, LightningModule
+from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
 
+from lit_rlhf.cli_errors import LitRLHFParser, root_cause
 from lit_rlhf.strategies.shutdown import shutdown_distributed
+from lit_rlhf.training.checkpoint_io import use_atomic_checkpoint_io
+from lit_rlhf.training.faults import CheckpointOnInterrupt
 
 _EVALUATE = ("validate", "test", "predict")
 
@@ -35,13 +53,48 @@ class LitRLHFCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data.tokenizer", "model.init_args.tokenizer", apply_on="instantiate")
 
+    def after_instantiate_classes(self) -> None:
+        use_atomic_checkpoint_io(self.trainer.strategy)
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]  # set in __init__
+        if not any(isinstance(c, CheckpointOnInterrupt) for c in callbacks):
+            callbacks.append(CheckpointOnInterrupt())  # SIGTERM / Ctrl-C: a resumable checkpoint
+        return trainer
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except Exception as err:
+            cause = root_cause(err)
+            if cause is err:
+                raise
+            raise cause from None  # the class's own message last, not a namespace dump
+
+    def _read_ckpt_hparams(self) -> None:
+        """LightningCLI's hyperparameter reading, with a clear error for an unreadable file."""
+        path = self.config[self.config["subcommand"]].get("ckpt_path")
+        try:
+            super()._parse_ckpt_path()
+        except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
+            size = Path(str(path)).stat().st_size
+            raise RuntimeError(
+                f"--ckpt_path {path}: not a readable checkpoint ({size} bytes; empty, truncated "
+                f"or corrupt: {type(err).__name__}: {str(err)[:120] or 'no data'}). Fix: pass "
+                "an intact checkpoint (e.g. an earlier one or last.ckpt from the same folder), "
+                "or start without --ckpt_path."
+            ) from err
+
     def _parse_ckpt_path(self) -> None:
         subcommand = self.config.get("subcommand")
-        init = self.config[subcommand].get("model.init_args") if subcommand else None
-        if init is None:
+        if not subcommand:
             return super()._parse_ckpt_path()
+        init = self.config[subcommand].get("model.init_args")
+        if init is None:
+            return self._read_ckpt_hparams()
         before = init.clone()
-        super()._parse_ckpt_path()
+        self._read_ckpt_hparams()
         after = self.config[subcommand]["model.init_args"]
         changed = sorted(
             key for key in set(before.keys()) | set(after.keys())
@@ -61,12 +114,29 @@ class LitRLHFCLI(LightningCLI):
                 stacklevel=2,
             )
         else:
+            _check_resumed_tokenizer(self.config[subcommand], before.get("model"))
             warnings.warn(
                 f"resuming from --ckpt_path: the checkpoint's settings replace the config's "
                 f"({pairs}). Fix: to train on with new settings, start a new run from the "
                 "trained weights instead of resuming.",
                 stacklevel=2,
             )
+
+
+def _check_resumed_tokenizer(config: Any, config_model: Any) -> None:
+    """A resume takes the checkpoint's ``model``; the data's tokenizer stays the config's. When
+    that tokenizer was the config's own model, it is not the checkpoint's model's."""
+    model, tokenizer = config.get("model.init_args.model"), config.get("data.init_args.tokenizer")
+    if model is None or tokenizer is None or model == config_model:
+        return
+    if tokenizer == config_model:
+        raise ValueError(
+            f"--ckpt_path holds a run of model {model!r}, and the config trains {config_model!r} "
+            f"with its tokenizer (data.init_args.tokenizer={tokenizer!r}): the resumed policy "
+            f"would read another model's token ids. Fix: set model.init_args.model and "
+            f"data.init_args.tokenizer to {model!r} to resume that run, or start a new run "
+            "(no --ckpt_path) for the config's model."
+        )
 
 
 def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
@@ -78,6 +148,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
         subclass_mode_model=True,
         subclass_mode_data=True,
         save_config_kwargs={"overwrite": True},
+        parser_class=LitRLHFParser,  # a refused config prints its cause last
         # the modules build their own optimizers (manual optimisation): a CLI --optimizer would
         # be ignored and an --lr_scheduler never stepped, so the CLI does not offer them
         auto_configure_optimizers=False,

@@ -31,13 +31,19 @@ SAMPLE = Path(__file__).resolve().parents[1] / "lit_rlhf" / "data" / "samples" /
 # (hidden, layers, heads): the CPU compressors, from 0.05M to 3.6M non-embedding parameters
 CPU_SIZES = [(32, 1, 2), (64, 2, 4), (128, 3, 4), (256, 4, 4), (384, 6, 6)]
 COLUMNS = [
-    ("train/ae_loss", "train AE loss (last 50)"), ("val/ae_loss", "val AE loss"),
-    ("val/memory_gain", "memory gain"), ("val/rougeL", "ROUGE-L"), ("val/token_f1", "token F1"),
-    ("val/bleu", "BLEU"), ("val/probe/overwrite/kept", "overwrite kept"),
-    ("val/probe/overwrite/overwritten", "overwritten"), ("drift/drifted", "drift drifted"),
-    ("val/effective_rank", "erank"), ("val/pooled_effective_rank", "pooled erank"),
+    ("train/ae_loss", "train AE loss (last 50)"),
+    ("val/ae_loss", "val AE loss"),
+    ("val/memory_gain", "memory gain"),
+    ("val/rougeL", "ROUGE-L"),
+    ("val/token_f1", "token F1"),
+    ("val/bleu", "BLEU"),
+    ("val/probe/overwrite/kept", "overwrite kept"),
+    ("val/probe/overwrite/overwritten", "overwritten"),
+    ("drift/drifted", "drift drifted"),
+    ("val/effective_rank", "erank"),
+    ("val/pooled_effective_rank", "pooled erank"),
     ("val/decoder_entropy", "decoder entropy"),
-]  # fmt: skip
+]
 
 
 def cpu_models(root: Path, pretrain_steps: int) -> tuple[str, list[str]]:
@@ -57,8 +63,13 @@ def cpu_models(root: Path, pretrain_steps: int) -> tuple[str, list[str]]:
     compressors = []
     for hidden, layers, heads in CPU_SIZES:
         name = f"compressor-h{hidden}-l{layers}"
-        spec = TinyModelSpec(hidden_size=hidden, num_layers=layers, num_heads=heads,
-                             num_kv_heads=heads, intermediate_size=2 * hidden)  # fmt: skip
+        spec = TinyModelSpec(
+            hidden_size=hidden,
+            num_layers=layers,
+            num_heads=heads,
+            num_kv_heads=heads,
+            intermediate_size=2 * hidden,
+        )
         random_dir = root / f"{name}-random"
         if not (random_dir / "config.json").exists():
             write_tiny_model(random_dir, spec)
@@ -92,30 +103,56 @@ def run_one(compressor: str, decoder: str, seed: int, opts: argparse.Namespace) 
     from lit_rlhf.modules import CompressorDecoderModule
 
     chunks = {"path": opts.text, "context_tokens": opts.context_tokens, "continuation_tokens": 0}
-    data = PromptDataModule(tokenizer=decoder, batch_size=opts.batch_size, seed=seed,
-                            train=TextChunks(**chunks, seed=seed),
-                            val=TextChunks(**chunks, max_chunks=opts.val_chunks, seed=1000))  # fmt: skip
+    data = PromptDataModule(
+        tokenizer=decoder,
+        batch_size=opts.batch_size,
+        seed=seed,
+        train=TextChunks(**chunks, seed=seed),
+        val=TextChunks(**chunks, max_chunks=opts.val_chunks, seed=1000),
+    )
     L.seed_everything(seed, verbose=False)
-    module = CompressorDecoderModule(compressor=compressor, decoder=decoder, tokenizer=data.tokenizer,
-                                     num_memory_tokens=opts.memory_tokens, lr=opts.lr,
-                                     lora_rank=opts.lora_rank, dtype=opts.dtype,
-                                     decoder_dtype=opts.dtype)  # fmt: skip
+    module = CompressorDecoderModule(
+        compressor=compressor,
+        decoder=decoder,
+        tokenizer=data.tokenizer,
+        num_memory_tokens=opts.memory_tokens,
+        lr=opts.lr,
+        lora_rank=opts.lora_rank,
+        dtype=opts.dtype,
+        decoder_dtype=opts.dtype,
+    )
     trace = LossTrace.make()
-    trainer = L.Trainer(accelerator=opts.accelerator, devices=1, max_steps=opts.steps,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, callbacks=[trace])  # fmt: skip
+    trainer = L.Trainer(
+        accelerator=opts.accelerator,
+        devices=1,
+        max_steps=opts.steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[trace],
+    )
     start = time.perf_counter()
     trainer.fit(module, datamodule=data)
     seconds = time.perf_counter() - start
-    validator = L.Trainer(accelerator=opts.accelerator, devices=1, logger=False,
-                          enable_progress_bar=False, enable_model_summary=False,
-                          callbacks=[CompressionDiagnostics(probes=opts.probes, probe_seed=0)])  # fmt: skip
+    validator = L.Trainer(
+        accelerator=opts.accelerator,
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[CompressionDiagnostics(probes=opts.probes, probe_seed=0)],
+    )
     (metrics,) = validator.validate(module, datamodule=data, verbose=False)
     assert module.compressor is not None
     params = sum(p.numel() for p in module.compressor.lm.parameters())
     metrics["train/ae_loss"] = sum(trace.losses[-50:]) / len(trace.losses[-50:])
-    drift = [metrics[f"val/probe/{k}/drifted"] for k in ("role", "negation", "order")
-             if f"val/probe/{k}/drifted" in metrics]  # fmt: skip
+    drift = [
+        metrics[f"val/probe/{k}/drifted"]
+        for k in ("role", "negation", "order")
+        if f"val/probe/{k}/drifted" in metrics
+    ]
     metrics["drift/drifted"] = sum(drift) / len(drift) if drift else float("nan")
     return {"metrics": metrics, "params": params, "seconds": seconds, "curve": trace.losses}
 
@@ -124,8 +161,10 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     head = "| compressor | params | " + " | ".join(c[1] for c in COLUMNS) + " |"
     lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
     for name, runs in results.items():
-        cells = [mean_spread([float(r["metrics"].get(key, float("nan"))) for r in runs])
-                 for key, _ in COLUMNS]  # fmt: skip
+        cells = [
+            mean_spread([float(r["metrics"].get(key, float("nan"))) for r in runs])
+            for key, _ in COLUMNS
+        ]
         lines.append(f"| {name} | {runs[0]['params'] / 1e6:.2f}M | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -156,7 +195,9 @@ def main() -> None:
     parser.add_argument("--preset", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--decoder", help="gpu: the frozen decoder (hub id or folder)")
     parser.add_argument("--compressors", nargs="+", help="gpu: compressors, smallest first")
-    parser.add_argument("--text", default=str(SAMPLE), help="TextChunks path (file, folder, hub id)")
+    parser.add_argument(
+        "--text", default=str(SAMPLE), help="TextChunks path (file, folder, hub id)"
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--pretrain-steps", type=int, default=300)

@@ -36,6 +36,11 @@ def _needs_ifeval(path: Path) -> bool:
     return "InstructionReward" in path.read_text()
 
 
+def _needs_lora(path: Path) -> bool:
+    model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
+    return (model.get("init_args") or {}).get("lora_rank", 0) > 0
+
+
 def test_configs_found():
     assert len(CONFIGS) >= 4
 
@@ -48,6 +53,8 @@ def test_cpu_config_fast_dev_run(path, tmp_path):
         pytest.importorskip("vllm", reason="runs in the vLLM venv (make test-vllm)")
     if _needs_ifeval(path):
         pytest.importorskip("if_verifiable", reason="needs the [ifeval] extra")
+    if _needs_lora(path):
+        pytest.importorskip("peft", reason="lora_rank > 0 needs the [lora] extra")
     cli = cli_main(
         [
             "fit",
@@ -72,4 +79,5 @@ def test_gpu_config_parses(path, capsys):
         "lit_rlhf.modules.PPOModule",
         "lit_rlhf.modules.GenerativeRewardModule",
         "lit_rlhf.modules.RewardModelModule",
+        "lit_rlhf.modules.CompressorDecoderModule",
     )

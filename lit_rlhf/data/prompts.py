@@ -129,6 +129,7 @@ class PromptDataModule(LightningDataModule):
         self.train_data: datasets.Dataset | None = None
         self.val_data: datasets.Dataset | None = None
         self.test_data: datasets.Dataset | None = None
+        self.longest_prompt = 0  # tokens of the longest prompt kept in any prepared split
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_data is None and stage in (None, "fit"):
@@ -165,7 +166,7 @@ class PromptDataModule(LightningDataModule):
         data = self._require(self.train_data, "train")
         # the epoch a resumed run is in: Lightning makes the (resumed) iterator before it calls
         # set_epoch, so a sampler left at epoch 0 would replay epoch 0's order
-        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        epoch = epoch_to_train(self.trainer) if self.trainer is not None else 0
         sampler = (
             EpochShuffleSampler(len(data), seed=self.seed, epoch=epoch) if self.shuffle else None
         )
@@ -239,6 +240,7 @@ class PromptDataModule(LightningDataModule):
                 f"{split}: dropped {dropped} of {len(ids)} prompts longer than "
                 f"max_prompt_length={self.max_prompt_length} tokens"
             )
+        self.longest_prompt = max(self.longest_prompt, max(len(ids[i]) for i in keep))
         data = data.remove_columns([c for c in ("prompt", "input_ids") if c in data.column_names])
         data = data.add_column("prompt", prompts).add_column("input_ids", ids)
         return data.select(keep) if dropped else data
@@ -340,6 +342,17 @@ def pad_ids(
         ids[i, span] = torch.tensor(seq, dtype=torch.long)
         mask[i, span] = True
     return ids, mask
+
+
+def epoch_to_train(trainer: Any) -> int:
+    """The epoch whose order the train loader's first iterator must follow. Lightning makes a
+    resumed run's iterator before its loop moves on from the checkpoint's epoch; a checkpoint
+    taken after that epoch's last batch (at its end, or a step checkpoint that falls on it)
+    resumes with the next epoch (whose first epoch Lightning counts as started only later)."""
+    loop = trainer.fit_loop
+    if loop.restarting and loop.epoch_loop.batch_progress.is_last_batch:
+        return int(loop.epoch_progress.current.started)
+    return int(trainer.current_epoch)
 
 
 class EpochShuffleSampler(Sampler[int]):

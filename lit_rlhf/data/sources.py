@@ -15,6 +15,7 @@ index, field, and a fix, rather than as a ``KeyError`` in a reward mid-run.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import string
 import warnings
@@ -247,12 +248,20 @@ def _load_table(path: str, name: str | None, split: str) -> datasets.Dataset:
                 f"{path}: no such file. Fix: check the path (relative paths start at "
                 f"{os.getcwd()})."
             )
+        if local.stat().st_size == 0:
+            raise ValueError(f"{path}: the file is empty. Fix: write rows into it, or remove it.")
         split_name = split.split("[", 1)[0]  # one file = one split; keep the slice
-        return datasets.load_dataset(
-            _FILE_BUILDERS[local.suffix],
-            data_files={split_name: str(local)},
-            split=split,
-        )
+        try:
+            return datasets.load_dataset(
+                _FILE_BUILDERS[local.suffix],
+                data_files={split_name: str(local)},
+                split=split,
+            )
+        except Exception as err:  # the reader's own message names neither file nor line
+            problem = _json_lines_problem(local) if local.suffix == ".jsonl" else None
+            if problem is None:
+                raise
+            raise ValueError(f"{path}: {problem}.") from err
     try:
         return datasets.load_dataset(path, name, split=split)
     except OSError as err:  # ConnectionError and DatasetNotFoundError are both OSErrors
@@ -264,3 +273,22 @@ def _load_table(path: str, name: str | None, split: str) -> datasets.Dataset:
             f"{name!r}, split={split!r}).to_json('prompts.jsonl')`, and pass the "
             f"local file as path= (supported: {', '.join(_FILE_BUILDERS)} or a folder)."
         ) from err
+
+
+def _json_lines_problem(file: Path) -> str | None:
+    """The first line of a JSON-lines file that is not a JSON object (or that it has no rows),
+    with the fix; None when every line is one (the failure was something else)."""
+    fix = "Fix: repair or remove that line"
+    rows = 0
+    with file.open(encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as err:
+                return f"line {number} is not valid JSON ({err.msg} at column {err.colno}). {fix}"
+            if not isinstance(value, dict):
+                return f"line {number} is a JSON {type(value).__name__}, not an object. {fix}"
+            rows += 1
+    return None if rows else "the file has no rows. Fix: write rows into it, or remove it"

@@ -11,6 +11,7 @@ d_c / d decoder widths, V vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,6 +28,8 @@ class MemoryCompressor(nn.Module):
             compressor's, else the identity).
         num_markers: learnable decoder-side task markers (autoencoding, continuation).
         marker_scale: the markers' initial standard deviation (the decoder's embedding std).
+        memory_scale: the memory embeddings' initial standard deviation; None: the std of
+            ``lm``'s input embeddings (pass it under ZeRO-3, where that weight is a partition).
     """
 
     def __init__(
@@ -37,13 +40,16 @@ class MemoryCompressor(nn.Module):
         decoder_width: int,
         num_markers: int = 2,
         marker_scale: float = 0.02,
+        memory_scale: float | None = None,
     ) -> None:
         super().__init__()
         if num_memory_tokens < 1:
             raise ValueError(f"num_memory_tokens must be >= 1, got {num_memory_tokens}")
         self.lm = lm
         width = int(lm.config.hidden_size)
-        scale = float(lm.get_input_embeddings().weight.detach().float().std())
+        scale = memory_scale
+        if scale is None:
+            scale = float(lm.get_input_embeddings().weight.detach().float().std())
         generator = torch.Generator().manual_seed(0)
         self.memory = nn.Parameter(
             torch.randn(num_memory_tokens, width, generator=generator) * scale
@@ -58,9 +64,13 @@ class MemoryCompressor(nn.Module):
     def num_memory_tokens(self) -> int:
         return int(self.memory.shape[0])
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
         """``input_ids`` / ``attention_mask`` [B, L] (left- or right-padded; mask True = token)
-        -> memory [B, k, d] in the projection's dtype."""
+        -> (memory [B, k, d] in the projection's dtype, a copy of the markers [num_markers, d]).
+
+        The markers come out of ``forward`` because DeepSpeed ZeRO-3 makes a parameter whole only
+        inside its own module's forward (and again for its backward): read as
+        ``compressor.markers`` from outside, it is this rank's partition."""
         embed = self.lm.get_input_embeddings()
         tokens = embed(input_ids)
         batch, k = input_ids.shape[0], self.num_memory_tokens
@@ -77,7 +87,8 @@ class MemoryCompressor(nn.Module):
         )
         hidden = out.hidden_states[-1][:, -k:]
         weight = next(self.projection.parameters(), None)
-        return self.projection(hidden.to(weight.dtype if weight is not None else hidden.dtype))
+        memory = self.projection(hidden.to(weight.dtype if weight is not None else hidden.dtype))
+        return memory, self.markers.clone()
 
 
 def right_padded(
@@ -90,6 +101,20 @@ def right_padded(
     new_mask = torch.arange(input_ids.shape[1], device=input_ids.device) < lengths[:, None]
     out[new_mask] = input_ids[mask]
     return out, new_mask
+
+
+def autoencoding_targets(
+    input_ids: Tensor, attention_mask: Tensor, *, pad_id: int, eos_id: int
+) -> tuple[Tensor, Tensor]:
+    """The contexts [B, L], right-padded and each followed by EOS (so that generation learns
+    where to stop): ids and mask [B, L + 1]."""
+    ids, mask = right_padded(input_ids, attention_mask, pad_id=pad_id)
+    ids = torch.cat([ids, ids.new_full((ids.shape[0], 1), pad_id)], dim=1)
+    mask = torch.cat([mask, mask.new_zeros(mask.shape[0], 1)], dim=1)
+    rows, lengths = torch.arange(ids.shape[0]), mask.sum(-1)
+    ids[rows, lengths] = eos_id
+    mask[rows, lengths] = True
+    return ids, mask
 
 
 def decoder_prefix(memory: Tensor, marker: Tensor) -> Tensor:
@@ -121,9 +146,17 @@ def target_loss(logits: Tensor, target_ids: Tensor, target_mask: Tensor) -> tupl
 
 @torch.no_grad()
 def generate_from_prefix(
-    decoder: Any, prefix: Tensor, *, max_new_tokens: int, eos_token_id: int, pad_token_id: int
+    decoder: Any,
+    prefix: Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    synced_gpus: bool = False,
 ) -> list[list[int]]:
-    """Greedy generation after the soft prompt [B, P, d]; per row the tokens before EOS."""
+    """Greedy generation after the soft prompt [B, P, d]; per row the tokens before EOS.
+    ``synced_gpus``: every rank decodes until all ranks are done (needed under ZeRO-3, where
+    each forward gathers the weights from every rank)."""
     batch = prefix.shape[0]
     out = decoder.generate(
         inputs_embeds=prefix,
@@ -132,8 +165,29 @@ def generate_from_prefix(
         do_sample=False,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
+        synced_gpus=synced_gpus,
     )
     rows: list[list[int]] = []
     for ids in out.tolist():
         rows.append(ids[: ids.index(eos_token_id)] if eos_token_id in ids else ids)
     return rows
+
+
+def check_shared_vocabulary(tokenizer: Any, models: Sequence[tuple[str, Any]]) -> None:
+    """Refuse a tokenizer with more tokens than a (name, model) embeds, or without EOS / pad.
+    Reads the full embedding shape also of a ZeRO-3 partition (``ds_shape``)."""
+    size = len(tokenizer)
+    for name, model in models:
+        weight = model.get_input_embeddings().weight
+        rows = int(getattr(weight, "ds_shape", weight.shape)[0])
+        if rows < size:
+            raise ValueError(
+                f"the tokenizer has {size} tokens but {name} embeds only {rows}: the compressor "
+                "and the decoder must share one vocabulary. Fix: use the decoder's tokenizer "
+                "(data.tokenizer) and a compressor of the same family."
+            )
+    if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
+        raise ValueError(
+            "the tokenizer needs an EOS token (reconstructions end with it) and a pad token. "
+            "Fix: use a tokenizer that defines both."
+        )

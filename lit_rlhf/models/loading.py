@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -15,6 +17,7 @@ from transformers import (
 from lit_rlhf.models.builtin import BUILTIN_NAMES, PREFIX, is_builtin, resolve_builtin
 
 Dtype = Literal["float32", "bfloat16", "float16"]
+log = logging.getLogger(__name__)
 
 
 def resolve(name_or_path: str) -> str:
@@ -32,13 +35,26 @@ def _load_error(name: str, err: Exception) -> OSError:
 
 
 def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
-    """A tokenizer set up for RL: left padding (generation), and a pad token (EOS if none)."""
+    """A tokenizer set up for RL: left padding (generation), and a pad token: a tokenizer without
+    one pads with its EOS token (logged as a warning); one with neither is refused."""
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolve(name_or_path), **kwargs)
     except OSError as err:
         raise _load_error(name_or_path, err) from err
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(
+                f"the tokenizer of {name_or_path!r} has neither a pad nor an EOS token: prompts "
+                "cannot be padded into batches and responses cannot end. Fix: use a tokenizer "
+                "that defines an EOS token (or add pad and EOS tokens and save it to a folder)."
+            )
+        # EOS doubles as pad: attention masks, not the pad id, say which tokens are padding
+        log.warning(
+            "the tokenizer of %r has no pad token: padding with its EOS token %r",
+            name_or_path,
+            tokenizer.eos_token,
+        )
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
@@ -79,3 +95,14 @@ def load_reward_model(
         raise _load_error(name_or_path, err) from err
     model.config.pad_token_id = pad_token_id
     return model.train()
+
+
+def context_length(name_or_path: str) -> int | None:
+    """The model's context (``max_position_embeddings``) from its config alone, without loading
+    weights; None when the config is unreadable here (the model load reports that) or has none."""
+    try:
+        config = AutoConfig.from_pretrained(resolve(name_or_path))
+    except (OSError, ValueError):
+        return None
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) else None

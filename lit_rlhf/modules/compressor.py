@@ -21,22 +21,30 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from lightning import LightningModule
+from lightning import Callback, LightningModule
 from torch import Tensor
 
 from lit_rlhf.data.prompts import pad_ids
 from lit_rlhf.models.compressor import (
     MemoryCompressor,
+    autoencoding_targets,
+    check_shared_vocabulary,
     decoder_prefix,
     generate_from_prefix,
-    right_padded,
     target_loss,
     teacher_forced_logits,
 )
 from lit_rlhf.models.loading import Dtype, load_causal_lm, load_tokenizer
 from lit_rlhf.modules.compressor_setup import check_compressor_settings, lora_wrap
-from lit_rlhf.strategies import transformers_zero3_context
-from lit_rlhf.training import FrozenModules, OptimizerStep, freeze
+from lit_rlhf.rollout.weight_sync import gathered
+from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
+from lit_rlhf.training import (
+    EpochEndLoaderReset,
+    FrozenModules,
+    GlobalRNGState,
+    OptimizerStep,
+    freeze,
+)
 
 AE, LM = 0, 1  # the markers' rows: autoencoding, continuation
 
@@ -59,6 +67,8 @@ class CompressorDecoderModule(LightningModule):
     max_new_tokens: reconstruction length limit at evaluation (None: the context length + 8).
     reconstruct_on_validation: generate reconstructions in validation (the fidelity metrics).
     dtype, decoder_dtype: the two networks' weights.
+    max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
+        (``fault/skipped_steps``, checkpointed); this many in a row stop the run.
     """
 
     def __init__(
@@ -82,13 +92,16 @@ class CompressorDecoderModule(LightningModule):
         reconstruct_on_validation: bool = True,
         dtype: Dtype = "float32",
         decoder_dtype: Dtype = "float32",
+        max_consecutive_skips: int = 5,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer"])
         check_compressor_settings(self.hparams)
         self.k = num_memory_tokens or _rate_to_k(compression_rate, context_tokens)
         self.automatic_optimization = False
-        self.step_optimizer = OptimizerStep(max_grad_norm=max_grad_norm)
+        self.step_optimizer = OptimizerStep(
+            max_grad_norm=max_grad_norm, max_consecutive_skips=max_consecutive_skips
+        )
         self.frozen = FrozenModules("decoder")
         self.tokenizer = tokenizer
         self.compressor: MemoryCompressor | None = None
@@ -108,15 +121,16 @@ class CompressorDecoderModule(LightningModule):
         with transformers_zero3_context(strategy):
             decoder = freeze(load_causal_lm(self.hp.decoder, dtype=self.hp.decoder_dtype))
             lm = load_causal_lm(self.hp.compressor, dtype=self.hp.dtype)
-        _check_vocabulary(self.tokenizer, lm, decoder, self.hp.compressor, self.hp.decoder)
-        embedding: Any = decoder.get_input_embeddings()
-        embed_std = float(embedding.weight.detach().float().std())
+        check_shared_vocabulary(
+            self.tokenizer, [(self.hp.compressor, lm), (self.hp.decoder, decoder)]
+        )
         self.decoder = decoder
         self.compressor = MemoryCompressor(
             lora_wrap(lm, self.hp.lora_rank, self.hp.lora_alpha, self.hp.lora_target_modules),
             num_memory_tokens=self.k,
             decoder_width=int(decoder.config.hidden_size),
-            marker_scale=embed_std,
+            marker_scale=_embedding_std(decoder),
+            memory_scale=_embedding_std(lm),
         ).to(getattr(torch, self.hp.dtype))
 
     def configure_optimizers(self) -> Any:
@@ -127,18 +141,24 @@ class CompressorDecoderModule(LightningModule):
     # ------------------------------------------------------------------ forward
     def compress(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Contexts [B, L] -> memory [B, k, d] in the decoder's dtype."""
+        return self._compress(input_ids, attention_mask)[0]
+
+    def _compress(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """(memory [B, k, d], markers [2, d]) in the decoder's dtype."""
         assert self.compressor is not None, "call configure_model() first"
-        return self.compressor(input_ids, attention_mask).to(self.decoder.dtype)
+        memory, markers = self.compressor(input_ids, attention_mask)
+        return memory.to(self.decoder.dtype), markers.to(self.decoder.dtype)
 
     def losses(self, batch: dict[str, Any]) -> dict[str, Tensor]:
         """Summed token losses and token counts of both tasks; the teacher-forced
-        autoencoding logits and targets; the memory."""
-        memory = self.compress(batch["input_ids"], batch["attention_mask"])
-        out: dict[str, Tensor] = {"memory": memory}
-        assert self.compressor is not None
-        markers = self.compressor.markers
+        autoencoding logits and targets; the memory and the markers."""
+        memory, markers = self._compress(batch["input_ids"], batch["attention_mask"])
+        out: dict[str, Tensor] = {"memory": memory, "markers": markers}
         if self.hp.ae_weight > 0:
-            ids, mask = self._ae_targets(batch["input_ids"], batch["attention_mask"])
+            pad, eos = int(self.tokenizer.pad_token_id), int(self.tokenizer.eos_token_id)
+            ids, mask = autoencoding_targets(
+                batch["input_ids"], batch["attention_mask"], pad_id=pad, eos_id=eos
+            )
             logits = teacher_forced_logits(
                 self.decoder, decoder_prefix(memory, markers[AE]), ids, mask
             )
@@ -152,17 +172,6 @@ class CompressorDecoderModule(LightningModule):
             out["lm_sum"], out["lm_count"] = target_loss(logits, ids, mask)
         return out
 
-    def _ae_targets(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """The context, right-padded, followed by EOS (so generation learns where to stop)."""
-        pad, eos = int(self.tokenizer.pad_token_id), int(self.tokenizer.eos_token_id)
-        ids, mask = right_padded(input_ids, attention_mask, pad_id=pad)
-        ids = torch.cat([ids, ids.new_full((ids.shape[0], 1), pad)], dim=1)
-        mask = torch.cat([mask, mask.new_zeros(mask.shape[0], 1)], dim=1)
-        lengths = mask.sum(-1)
-        ids[torch.arange(ids.shape[0]), lengths] = eos
-        mask[torch.arange(ids.shape[0]), lengths] = True
-        return ids, mask
-
     # ----------------------------------------------------------------- training
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         size = self.hp.micro_batch_size
@@ -173,12 +182,7 @@ class CompressorDecoderModule(LightningModule):
 
         def loss_fn(part: dict[str, Any]) -> Tensor:
             out = self.losses(part)
-            loss = self._weighted(out, totals)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"non-finite compressor loss at step {self.global_step}. Fix: lower lr, "
-                    "set max_grad_norm, or train in float32 (dtype)."
-                )
+            loss = self._weighted(out, totals)  # non-finite: OptimizerStep skips the step
             parts.append({k: v.detach() for k, v in out.items() if k.endswith(("_sum", "_count"))})
             return loss
 
@@ -234,6 +238,8 @@ class CompressorDecoderModule(LightningModule):
         logged = self._mean_losses(parts, stage)
         if "ae_sum" in out and rows > 1:
             logged[f"{stage}/memory_gain"] = self.memory_gain(out)
+        # on the module's device: NCCL cannot reduce CPU tensors
+        logged = {k: v.to(self.device) for k, v in logged.items()}
         self.log_dict(logged, batch_size=rows, sync_dist=True)
         return self._evaluate_outputs(batch, out)
 
@@ -241,8 +247,7 @@ class CompressorDecoderModule(LightningModule):
         """Autoencoding loss per token with another context's memory (the batch rolled by one)
         minus with the context's own: how much context-specific information the memory
         carries (0: the decoder reconstructs a generic text from any memory)."""
-        assert self.compressor is not None
-        rolled = decoder_prefix(out["memory"].roll(1, dims=0), self.compressor.markers[AE])
+        rolled = decoder_prefix(out["memory"].roll(1, dims=0), out["markers"][AE])
         logits = teacher_forced_logits(self.decoder, rolled, out["ae_ids"], out["ae_mask"])
         other, count = target_loss(logits, out["ae_ids"], out["ae_mask"])
         return ((other - out["ae_sum"]) / count.clamp(min=1)).detach()
@@ -259,18 +264,21 @@ class CompressorDecoderModule(LightningModule):
                     for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)
                 ]
             )
-            result["reconstructions"] = self._generate(out["memory"], batch["attention_mask"])
+            prefix = decoder_prefix(out["memory"], out["markers"][AE])
+            result["reconstructions"] = self._generate(prefix, batch["attention_mask"])
         return result
 
-    def _generate(self, memory: Tensor, attention_mask: Tensor) -> list[str]:
-        assert self.compressor is not None
-        limit = self.hp.max_new_tokens or int(attention_mask.sum(-1).max()) + 8
+    def _generate(self, prefix: Tensor, attention_mask: Tensor) -> list[str]:
+        strategy: Any = self._trainer.strategy if self._trainer is not None else None
+        # ZeRO-3: each decoder forward gathers weights from every rank, so all ranks decode alike
+        lockstep = is_deepspeed(strategy) and strategy.zero_stage_3 and strategy.world_size > 1
         ids = generate_from_prefix(
             self.decoder,
-            decoder_prefix(memory, self.compressor.markers[AE]),
-            max_new_tokens=limit,
+            prefix,
+            max_new_tokens=self.hp.max_new_tokens or int(attention_mask.sum(-1).max()) + 8,
             eos_token_id=int(self.tokenizer.eos_token_id),
             pad_token_id=int(self.tokenizer.pad_token_id),
+            synced_gpus=lockstep,
         )
         return list(self.tokenizer.batch_decode(ids, skip_special_tokens=True))
 
@@ -282,14 +290,21 @@ class CompressorDecoderModule(LightningModule):
             [x[:max_context_tokens] for x in encoded], int(self.tokenizer.pad_token_id), "left"
         )
         ids, mask = ids.to(self.device), mask.to(self.device)
-        return self._generate(self.compress(ids, mask), mask)
+        memory, markers = self._compress(ids, mask)
+        return self._generate(decoder_prefix(memory, markers[AE]), mask)
 
     # -------------------------------------------------------------- checkpoints
+    def configure_callbacks(self) -> list[Callback]:
+        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
+        return [GlobalRNGState(), EpochEndLoaderReset()]
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.frozen.drop(checkpoint)
+        checkpoint["lit_rlhf_optimizer_step"] = self.step_optimizer.state_dict()  # skip counts
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.frozen.restore(self, checkpoint)
+        self.step_optimizer.load_state_dict(checkpoint.get("lit_rlhf_optimizer_step", {}))
 
 
 def _rate_to_k(rate: float | None, context_tokens: int | None) -> int:
@@ -301,18 +316,8 @@ def _slice(batch: dict[str, Any], start: int, end: int) -> dict[str, Any]:
     return {k: v[start:end] for k, v in batch.items()}
 
 
-def _check_vocabulary(tokenizer: Any, lm: Any, decoder: Any, lm_name: str, dec_name: str) -> None:
-    size = len(tokenizer)
-    for name, model in ((lm_name, lm), (dec_name, decoder)):
-        rows = int(model.get_input_embeddings().weight.shape[0])
-        if rows < size:
-            raise ValueError(
-                f"the tokenizer has {size} tokens but {name} embeds only {rows}: the compressor "
-                "and the decoder must share one vocabulary. Fix: use the decoder's tokenizer "
-                "(data.tokenizer) and a compressor of the same family."
-            )
-    if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
-        raise ValueError(
-            "the tokenizer needs an EOS token (reconstructions end with it) and a pad token. "
-            "Fix: use a tokenizer that defines both."
-        )
+def _embedding_std(model: Any) -> float:
+    """The std of ``model``'s input embeddings (under ZeRO-3 gathered from every rank first)."""
+    weight = model.get_input_embeddings().weight
+    with gathered(weight):
+        return float(weight.detach().float().std())

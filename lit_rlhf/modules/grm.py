@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from lightning import LightningModule
+from lightning import Callback, LightningModule
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat
@@ -39,12 +39,15 @@ from lit_rlhf.rewards.verdict import VerdictReward, gold_label
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.training import (
+    EpochEndLoaderReset,
+    GlobalRNGState,
     PolicyStep,
     PPOSettings,
     RewardTerm,
     RolloutCollector,
     build_policy_networks,
 )
+from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 
 
 class GenerativeRewardModule(LightningModule):
@@ -71,6 +74,8 @@ class GenerativeRewardModule(LightningModule):
         generates only the verdict word (with ``max_new_tokens: 1`` on the engine; see
         ``configs/grm/rft_smollm2.yaml``).
     seed: seeds the mini-batch shuffling.
+    max_consecutive_skips: non-finite optimizer steps are skipped (``fault/skipped_steps``); this
+        many in a row stop the run (see ``PPOModule``).
     """
 
     def __init__(
@@ -103,6 +108,7 @@ class GenerativeRewardModule(LightningModule):
         response_prefix: str = "",
         response_suffix: str = "",
         seed: int = 0,
+        max_consecutive_skips: int = 5,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
@@ -121,7 +127,13 @@ class GenerativeRewardModule(LightningModule):
             seed=seed,
         )
         self.critiques_seen = 0
-        self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)
+        self.rl = PolicyStep(
+            self.settings,
+            self.rollouts,
+            max_grad_norm=max_grad_norm,
+            seed=seed,
+            max_consecutive_skips=max_consecutive_skips,
+        )
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)
         self.rollout_step = 0
@@ -155,6 +167,11 @@ class GenerativeRewardModule(LightningModule):
         """``self.hparams`` with attribute access typed loosely (it is an AttributeDict)."""
         return self.hparams
 
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # the data against the update and the context, before models load
+            self._require_reward_terms()
+            self.rl.check_data(self)
+
     def configure_model(self) -> None:
         strategy = self._trainer.strategy if self._trainer is not None else None
         self.rl.step_optimizer.configure(strategy)
@@ -176,7 +193,7 @@ class GenerativeRewardModule(LightningModule):
         params = [p for p in self.policy.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
 
-    def on_fit_start(self) -> None:
+    def _require_reward_terms(self) -> None:
         terms = [c for c in self.trainer.callbacks if isinstance(c, RewardTerm)]  # type: ignore[attr-defined]
         if self.hp.mode == "consistrm" and not terms:
             raise ValueError(
@@ -262,11 +279,18 @@ class GenerativeRewardModule(LightningModule):
         self.rl.close()
 
     # ------------------------------------------------------------ checkpoint
+    def configure_callbacks(self) -> list[Callback]:
+        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
+        return [GlobalRNGState(), EpochEndLoaderReset()]
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rl.save(self, checkpoint)
+        checkpoint["lit_rlhf"]["critiques_seen"] = self.critiques_seen
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rl.load(self, checkpoint)
+        # reflectrm's end-of-epoch check counts the run's critiques, before the resume too
+        self.critiques_seen = checkpoint.get("lit_rlhf", {}).get("critiques_seen", 0)
 
 
 def _check_settings(hp: Any) -> None:
@@ -278,8 +302,5 @@ def _check_settings(hp: Any) -> None:
             f"critique_template {hp.critique_template!r} compares responses. Fix: use a "
             "critique template, e.g. reflectrm-critique-v1."
         )
-    if hp.lr <= 0 or hp.weight_decay < 0 or hp.kl_coef < 0 or hp.eval_samples < 1:
-        raise ValueError(
-            f"need lr > 0, weight_decay >= 0, kl_coef >= 0, eval_samples >= 1; got {hp.lr}, "
-            f"{hp.weight_decay}, {hp.kl_coef}, {hp.eval_samples}"
-        )
+    rules = [*module_setting_rules(hp), ("eval_samples", hp.eval_samples >= 1, ">= 1")]
+    refuse_out_of_range(rules, hp)

@@ -10,10 +10,11 @@ References: PPO (arXiv 1707.06347), PPO for LMs (Ziegler et al., arXiv 1909.0859
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import torch
-from lightning import LightningModule
+from lightning import Callback, LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
 
@@ -24,11 +25,14 @@ from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.training import (
+    EpochEndLoaderReset,
+    GlobalRNGState,
     PolicyStep,
     PPOSettings,
     RolloutCollector,
     build_policy_networks,
 )
+from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 from lit_rlhf.types import Experience, Rollout
 
 
@@ -70,6 +74,9 @@ class PPOModule(LightningModule):
             (pass@1), e.g. ``correct``; ``None`` uses the score itself.
         pass_threshold: a sample passes when that value is >= this threshold.
         seed: seeds the mini-batch shuffling.
+        max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
+            (on every rank; logged as ``fault/skipped_steps``); this many in a row stop the run
+            with a FloatingPointError (1: stop at the first).
 
     The update settings are validated into a :class:`~lit_rlhf.training.PPOSettings` when the
     module is built (before any model loads).
@@ -112,6 +119,7 @@ class PPOModule(LightningModule):
         pass_metric: str | None = None,
         pass_threshold: float = 1.0,
         seed: int = 0,
+        max_consecutive_skips: int = 5,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
@@ -120,7 +128,13 @@ class PPOModule(LightningModule):
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
         self.rollouts = RolloutCollector(self.engine, reward)
-        self.rl = PolicyStep(self.settings, self.rollouts, max_grad_norm=max_grad_norm, seed=seed)
+        self.rl = PolicyStep(
+            self.settings,
+            self.rollouts,
+            max_grad_norm=max_grad_norm,
+            seed=seed,
+            max_consecutive_skips=max_consecutive_skips,
+        )
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it
         self.rollout_step = 0
@@ -137,6 +151,10 @@ class PPOModule(LightningModule):
         return self.hparams
 
     # ----------------------------------------------------------------- setup
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # the data against the update and the context, before models load
+            self.rl.check_data(self)
+
     def configure_model(self) -> None:
         hp = self.hp
         strategy = self._trainer.strategy if self._trainer is not None else None
@@ -238,6 +256,10 @@ class PPOModule(LightningModule):
         self.rl.close()
 
     # ------------------------------------------------------------ checkpoint
+    def configure_callbacks(self) -> list[Callback]:
+        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
+        return [GlobalRNGState(), EpochEndLoaderReset()]
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rl.save(self, checkpoint)
 
@@ -247,15 +269,9 @@ class PPOModule(LightningModule):
 
 def _check_module_settings(hparams: Any) -> None:
     """The module's own settings (the update's are checked by ``PPOSettings``)."""
-    rules = [
-        ("lr", hparams.lr > 0, "> 0"),
-        ("critic_lr", hparams.critic_lr > 0, "> 0"),
-        ("weight_decay", hparams.weight_decay >= 0, ">= 0"),
-        ("kl_coef", hparams.kl_coef >= 0, ">= 0 (0 = no KL term and no reference model)"),
-    ]
-    for name, ok, wanted in rules:
-        if not ok:
-            raise ValueError(f"{name}={hparams[name]!r} must be {wanted}")
+    threshold = hparams.pass_threshold
+    rules = [*module_setting_rules(hparams), ("pass_threshold", math.isfinite(threshold), "finite")]
+    refuse_out_of_range(rules, hparams)
 
 
 __all__ = ["PPOModule"]

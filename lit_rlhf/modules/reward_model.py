@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from lightning import LightningModule
+from lightning import Callback, LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAccuracy
@@ -27,7 +27,8 @@ from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
 from lit_rlhf.models.scoring import conversation_text, score_texts
 from lit_rlhf.rollout.weight_sync import gathered
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
-from lit_rlhf.training import OptimizerStep
+from lit_rlhf.training import EpochEndLoaderReset, GlobalRNGState, OptimizerStep
+from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
 
 
 def chosen_and_rejected(rows: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int]]:
@@ -60,6 +61,8 @@ class RewardModelModule(LightningModule):
     export_dir: where the trained model and tokenizer are saved at the end of ``fit``
         (``save_pretrained``; None, or a ``fast_dev_run``: not saved); under DeepSpeed ZeRO-3
         the partitions are gathered first.
+    max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
+        (``fault/skipped_steps``, checkpointed); this many in a row stop the run.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class RewardModelModule(LightningModule):
         chat_template: bool = True,
         dtype: Dtype = "float32",
         export_dir: str | None = None,
+        max_consecutive_skips: int = 5,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer"])
@@ -89,7 +93,9 @@ class RewardModelModule(LightningModule):
                 f"{max_length}"
             )
         self.automatic_optimization = False
-        self.step_optimizer = OptimizerStep(max_grad_norm=max_grad_norm)
+        self.step_optimizer = OptimizerStep(
+            max_grad_norm=max_grad_norm, max_consecutive_skips=max_consecutive_skips
+        )
         self.tokenizer = tokenizer
         self.model: Any = None
         self.val_accuracy, self.val_loss = BinaryAccuracy(), MeanMetric()
@@ -152,13 +158,7 @@ class RewardModelModule(LightningModule):
             per_pair = self.bradley_terry(r_chosen, r_rejected)
             gaps.append((r_chosen - r_rejected).detach())
             losses.append(per_pair.detach())
-            loss = per_pair.sum() / len(rows)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"non-finite Bradley-Terry loss at step {self.global_step}; check the data "
-                    "and lower lr (or use dtype float32)"
-                )
-            return loss
+            return per_pair.sum() / len(rows)  # non-finite: OptimizerStep skips the step
 
         stats = self.step_optimizer(self, self.optimizers(), micro, loss_fn)
         gap, loss = torch.cat(gaps), torch.cat(losses).mean()  # loss: the one optimised
@@ -185,6 +185,18 @@ class RewardModelModule(LightningModule):
         right = (r_chosen > r_rejected).long()
         self.test_accuracy.update(right, torch.ones_like(right))
         self.log("test/accuracy", self.test_accuracy, batch_size=len(r_chosen))
+
+    # ------------------------------------------------------------- checkpoint
+    def configure_callbacks(self) -> list[Callback]:
+        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
+        return [GlobalRNGState(), EpochEndLoaderReset()]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["lit_rlhf_optimizer_step"] = self.step_optimizer.state_dict()  # skip counts
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_checkpoint_weights(self, checkpoint, settings=("model",))  # another base model
+        self.step_optimizer.load_state_dict(checkpoint.get("lit_rlhf_optimizer_step", {}))
 
     def on_fit_end(self) -> None:
         if self.hp.export_dir is None or getattr(

@@ -4,6 +4,7 @@ from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.by_task import RewardByTask
 from lit_rlhf.rewards.combine import WeightedRewards
 from lit_rlhf.rewards.countdown import CountdownReward
+from lit_rlhf.rewards.guarded import GuardedReward
 from lit_rlhf.rewards.instructions import InstructionReward
 from lit_rlhf.rewards.judge import JudgeReward
 from lit_rlhf.rewards.math import MathReward
@@ -14,6 +15,7 @@ from lit_rlhf.rewards.verdict import VerdictReward
 __all__ = [
     "CountdownReward",
     "DigitFractionReward",
+    "GuardedReward",
     "InstructionReward",
     "JudgeReward",
     "MathReward",

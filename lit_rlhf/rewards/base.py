@@ -34,6 +34,25 @@ class RewardFunction(Protocol):
     ) -> RewardOutput: ...
 
 
+def component_states(rewards: Mapping[str, object]) -> dict[str, Any]:
+    """The ``state_dict()`` of each stateful reward in ``rewards`` (name -> reward): what a
+    reward made of other rewards puts into a checkpoint (e.g. ``ScalarRMReward``'s running
+    mean inside ``RewardByTask``)."""
+    return {
+        name: reward.state_dict()  # type: ignore[attr-defined]
+        for name, reward in rewards.items()
+        if callable(getattr(reward, "state_dict", None))
+    }
+
+
+def load_component_states(rewards: Mapping[str, object], states: Mapping[str, Any]) -> None:
+    """The reverse of :func:`component_states`."""
+    for name, state in states.items():
+        load = getattr(rewards.get(name), "load_state_dict", None)
+        if callable(load):
+            load(state)
+
+
 def check_batch_lengths(
     prompts: Sequence[str], completions: Sequence[str], rows: Sequence[Any]
 ) -> None:

@@ -9,7 +9,12 @@ from typing import Any
 
 import torch
 
-from lit_rlhf.rewards.base import RewardFunction, check_batch_lengths
+from lit_rlhf.rewards.base import (
+    RewardFunction,
+    check_batch_lengths,
+    component_states,
+    load_component_states,
+)
 from lit_rlhf.types import RewardOutput
 
 
@@ -24,6 +29,8 @@ class RewardByTask:
     Info: ``<task>/score`` and each routed reward's info as ``<task>/<key>``, defined on that
     task's rows and NaN on the others (logged as means over the task's rows only, under
     ``reward/<task>/...``).
+
+    A routed reward with state (``state_dict`` / ``load_state_dict``) keeps it in checkpoints.
     """
 
     def __init__(
@@ -75,3 +82,14 @@ class RewardByTask:
                 column = info.setdefault(f"{task}/{key}", torch.full((len(rows),), math.nan))
                 column[where] = torch.as_tensor(value, dtype=torch.float32).detach().cpu()
         return RewardOutput(scores=scores, info=info)
+
+    def _components(self) -> dict[str, RewardFunction]:
+        # "" is never a routed task name (checked in __init__): the default's key
+        return {**self.rewards, **({"": self.default} if self.default is not None else {})}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The routed rewards' states, by task (for checkpoints)."""
+        return component_states(self._components())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        load_component_states(self._components(), state)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from lit_rlhf.rewards.base import RewardFunction
+from lit_rlhf.rewards.base import RewardFunction, component_states, load_component_states
 from lit_rlhf.types import RewardOutput
 
 
@@ -24,6 +24,8 @@ class WeightedRewards:
 
     Info: each component's score as ``"<name>"`` and each component info tensor as
     ``"<name>/<key>"``, all [B].
+
+    A component with state (``state_dict`` / ``load_state_dict``) keeps it in checkpoints.
     """
 
     def __init__(
@@ -77,6 +79,13 @@ class WeightedRewards:
             for key, value in out.info.items():
                 info[f"{name}/{key}"] = value
         return RewardOutput(scores=total, info=info)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The components' states, by name (for checkpoints)."""
+        return component_states(dict(zip(self.names, self.rewards, strict=True)))
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        load_component_states(dict(zip(self.names, self.rewards, strict=True)), state)
 
 
 def default_reward_name(reward: object) -> str:

@@ -68,11 +68,18 @@ class ScalarRMReward:
         self.count, self.mean = 0, 0.0  # the running mean, when centring
 
     def load(self) -> None:
-        """Load the tokenizer and model (done by the first call)."""
+        """Load the tokenizer and model (done by the first call).
+
+        A causal LM gets a new random score head (a smoke-test stand-in): it is drawn from a
+        fixed seed, away from the global generators, so that it is the same whenever the
+        first call comes (a resumed run skips the sanity check and loads at its first step)
+        and loading leaves the run's sampling where it was."""
         self.tokenizer = load_tokenizer(self.tokenizer_name)
-        model = load_reward_model(
-            self.name, pad_token_id=self.tokenizer.pad_token_id, dtype=self.dtype
-        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = load_reward_model(
+                self.name, pad_token_id=self.tokenizer.pad_token_id, dtype=self.dtype
+            )
         self.model = model.eval().requires_grad_(False)
         self.model.to(self.device)
 

@@ -42,17 +42,21 @@ class GenerationEngine(Protocol):
         ...
 
 
-def check_sampling_args(max_new_tokens: int, temperature: float, top_p: float) -> None:
+def check_sampling_args(
+    max_new_tokens: int, temperature: float, top_p: float, top_k: int = 0
+) -> None:
     """Validate the sampling settings every engine shares, with messages that say the fix."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature <= 0:
+    if not 0 < temperature < float("inf"):  # also refuses NaN
         raise ValueError(
             f"temperature must be > 0, got {temperature}; for greedy decoding call "
             "generate(..., greedy=True) instead"
         )
     if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        raise ValueError(f"top_p must be in (0, 1] (1.0 disables it), got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
 
 
 def ranks_in_lockstep(synced_gpus: bool | None) -> bool:

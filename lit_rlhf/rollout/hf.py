@@ -67,7 +67,7 @@ class HFGenerationEngine:
         use_cache: bool = True,
         synced_gpus: bool | None = None,
     ) -> None:
-        check_sampling_args(max_new_tokens, temperature, top_p)
+        check_sampling_args(max_new_tokens, temperature, top_p, top_k)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p

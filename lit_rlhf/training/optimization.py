@@ -9,10 +9,22 @@ easy to get silently wrong under DeepSpeed (see ``lit_rlhf.strategies.deepspeed_
               combined by the callback; ``lit_rlhf.training.task_backward``)
               -> gradient hooks (callbacks may read / rewrite the reduced gradients)
               -> gradient norm + clipping (DeepSpeed: its own, inside its step)
-              -> ``optimizer.step()``
+              -> ``optimizer.step()``, or a skip when the loss or gradient is not finite
 
 Exact accumulation is the caller's part: each micro-batch loss must already be scaled so that
 the sum over micro-batches equals the mini-batch loss (``aggregate_loss(num_tokens=...)``).
+
+Non-finite steps (:mod:`lit_rlhf.training.faults`): a non-finite micro-batch loss is made to
+poison its gradient, so one check decides: the total norm of the reduced gradient, after the
+hooks. Plain / DDP: the ranks agree explicitly (``reduce_boolean_decision``; DDP has averaged the
+gradients, so a NaN reached every rank anyway), and on a skip the gradients are zeroed and
+``optimizer.step()`` is not called: weights, optimizer state and ``trainer.global_step`` stay as
+they were. DeepSpeed ZeRO-1/2/3: the norm exists only inside DeepSpeed's step, which finds it
+non-finite, skips on every rank together and clears its gradient partitions; the skip is read
+back from ``engine.was_step_applied()`` (``trainer.global_step`` still advances there). Under
+float16 loss scaling (Lightning's GradScaler, DeepSpeed fp16) overflow skips belong to the scaler,
+which lowers its scale: they are neither counted nor fatal. Every step returns
+``fault/skipped_steps`` (cumulative); ``max_consecutive_skips`` skips in a row stop the run.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from lit_rlhf.strategies import (
     set_deepspeed_gradient_clipping,
     start_micro_batch,
 )
+from lit_rlhf.training.faults import LossWatch, NonFiniteSkips, deepspeed_step_skipped
 from lit_rlhf.training.gradients import Gradients
 from lit_rlhf.training.protocols import gradient_hooks, task_gradient_hook
 from lit_rlhf.training.task_backward import task_backward
@@ -45,15 +58,24 @@ class OptimizerStep:
             DeepSpeed it becomes the config's ``gradient_clipping``: call :meth:`configure`
             from ``configure_model``, before DeepSpeed reads its config.
         norm_key: the key under which the gradient norm (before clipping) is returned.
+        max_consecutive_skips: steps with a non-finite loss or gradient are skipped; this many
+            in a row stop the run with a FloatingPointError (1: stop at the first).
     """
 
-    def __init__(self, *, max_grad_norm: float | None, norm_key: str = "train/grad_norm") -> None:
+    def __init__(
+        self,
+        *,
+        max_grad_norm: float | None,
+        norm_key: str = "train/grad_norm",
+        max_consecutive_skips: int = 5,
+    ) -> None:
         if max_grad_norm is not None and not max_grad_norm > 0:
             raise ValueError(
                 f"max_grad_norm must be > 0 or None (no clipping), got {max_grad_norm}"
             )
         self.max_grad_norm = max_grad_norm
         self.norm_key = norm_key
+        self.skips = NonFiniteSkips(max_consecutive_skips)
 
     def configure(self, strategy: Any) -> None:
         """Hand the clipping norm to DeepSpeed (a no-op for other strategies)."""
@@ -68,7 +90,8 @@ class OptimizerStep:
         task_of: Callable[[MicroBatch], str] | None = None,
     ) -> dict[str, Tensor]:
         """Take one optimizer step on the summed gradients of ``loss_fn`` over ``micro_batches``.
-        Returns the hooks' diagnostics and the gradient norm before clipping.
+        Returns the hooks' diagnostics, the gradient norm before clipping and
+        ``fault/skipped_steps``; the step is skipped when the loss or gradient is not finite.
 
         ``task_of`` names each micro-batch's task (domain; a micro-batch holds one task): with a
         :class:`~lit_rlhf.training.protocols.TaskGradientHook` callback (MGS) the backward runs
@@ -76,6 +99,34 @@ class OptimizerStep:
         (:mod:`lit_rlhf.training.task_backward`)."""
         if not micro_batches:
             raise ValueError("an optimizer step needs at least one micro-batch")
+        strategy = module.trainer.strategy
+        watch = LossWatch(loss_fn)
+        stats = self._backward(module, optimizer, micro_batches, watch, task_of)
+        stats.update(gradient_hooks(module.trainer, module, Gradients(module, strategy)))
+        if is_deepspeed(strategy):
+            # DeepSpeed clips inside its step; under ZeRO the gradients are not in param.grad,
+            # so the norm is the one DeepSpeed computed there, and so is the skip decision
+            optimizer.step()
+            norm = deepspeed_grad_norm(strategy)
+            skipped = deepspeed_step_skipped(strategy, norm)
+        else:
+            norm, skipped = self._clip_and_step(module, optimizer)
+        if skipped is not None:
+            what = watch.what() if skipped else ""
+            self.skips.record(skipped, step=module.trainer.global_step, what=what)
+        if norm is not None:
+            stats[self.norm_key] = norm
+        return {**stats, **self.skips.stats()}
+
+    def _backward(
+        self,
+        module: LightningModule,
+        optimizer: Any,
+        micro_batches: Sequence[MicroBatch],
+        loss_fn: Callable[[MicroBatch], Tensor],
+        task_of: Callable[[MicroBatch], str] | None,
+    ) -> dict[str, Tensor]:
+        """The summed gradient of all micro-batches (per task with a TaskGradientHook)."""
         strategy = module.trainer.strategy
         hook = task_gradient_hook(module.trainer)
         if hook is not None:
@@ -85,33 +136,42 @@ class OptimizerStep:
                     f"{type(module).__name__} does not give OptimizerStep a task_of. Fix: pass "
                     "task_of= (and keep one task per micro-batch), or remove the callback."
                 )
-            stats = task_backward(module, optimizer, micro_batches, loss_fn, task_of, hook)
-        else:
-            optimizer.zero_grad()
-            for i, micro in enumerate(micro_batches):
-                # under DeepSpeed, micro-batches bypass the engine's forward (no-op elsewhere)
-                start_micro_batch(strategy, last=i == len(micro_batches) - 1)
-                module.manual_backward(loss_fn(micro))
-            stats = {}
-        stats.update(gradient_hooks(module.trainer, module, Gradients(module, strategy)))
-        if is_deepspeed(strategy):
-            # DeepSpeed clips inside its step; under ZeRO the gradients are not in param.grad,
-            # so the norm is the one DeepSpeed computed there
-            optimizer.step()
-            norm = deepspeed_grad_norm(strategy)
-        else:
-            norm = self._norm_and_clip(module, optimizer)
-            optimizer.step()
-        if norm is not None:
-            stats[self.norm_key] = norm
-        return stats
+            return task_backward(module, optimizer, micro_batches, loss_fn, task_of, hook)
+        optimizer.zero_grad()
+        for i, micro in enumerate(micro_batches):
+            # under DeepSpeed, micro-batches bypass the engine's forward (no-op elsewhere)
+            start_micro_batch(strategy, last=i == len(micro_batches) - 1)
+            module.manual_backward(loss_fn(micro))
+        return {}
 
-    def _norm_and_clip(self, module: LightningModule, optimizer: Any) -> Tensor | None:
-        """The total gradient norm before clipping; clips through Lightning (strategy-aware)."""
+    def _clip_and_step(
+        self, module: LightningModule, optimizer: Any
+    ) -> tuple[Tensor | None, bool | None]:
+        """(norm before clipping, whether the step was skipped; None: the loss scaler decides)."""
         grads = [p.grad for p in module.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads).detach() if grads else None
+        if getattr(module.trainer.precision_plugin, "scaler", None) is not None:
+            self._clip(module, optimizer)
+            optimizer.step()  # float16 AMP: the GradScaler skips overflowing steps itself
+            return norm, None
+        bad = norm is not None and not bool(torch.isfinite(norm))
+        if module.trainer.strategy.reduce_boolean_decision(bad, all=False):
+            optimizer.zero_grad()
+            return norm, True
+        self._clip(module, optimizer)
+        optimizer.step()
+        return norm, False
+
+    def _clip(self, module: LightningModule, optimizer: Any) -> None:
+        """Clip the total gradient norm through Lightning (strategy-aware)."""
         if self.max_grad_norm is not None:
             module.clip_gradients(
                 optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm"
             )
-        return norm
+
+    def state_dict(self) -> dict[str, int]:
+        """The skip counters (``fault/skipped_steps``, consecutive skips), for checkpoints."""
+        return self.skips.state_dict()
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.skips.load_state_dict(state)

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_rlhf.models.loading import context_length
+from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.training.experience import build_experience, experience_stats
 from lit_rlhf.training.frozen import FrozenModules
 from lit_rlhf.training.optimization import OptimizerStep
@@ -25,6 +27,9 @@ from lit_rlhf.training.rollouts import RolloutCollector, rollout_stats
 from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import Experience, Rollout
 
+# the module settings that decide which networks a checkpoint's weights belong to
+_NETWORK_SETTINGS = ("model", "advantage", "critic", "critic_model")
+
 
 class PolicyStep:
     """Args:
@@ -32,6 +37,8 @@ class PolicyStep:
     collector: engine + reward (+ the trainer's reward-term callbacks).
     max_grad_norm: gradient clipping (None: off).
     seed: seeds the mini-batch shuffling (checkpointed through ``state_dict``).
+    max_consecutive_skips: non-finite optimizer steps in a row that stop the run
+        (:class:`OptimizerStep`; its skip counters are checkpointed).
     """
 
     def __init__(
@@ -41,13 +48,40 @@ class PolicyStep:
         *,
         max_grad_norm: float | None,
         seed: int = 0,
+        max_consecutive_skips: int = 5,
     ) -> None:
         self.settings = settings
         self.collector = collector
-        self.step_optimizer = OptimizerStep(max_grad_norm=max_grad_norm, norm_key="ppo/grad_norm")
+        self.step_optimizer = OptimizerStep(
+            max_grad_norm=max_grad_norm,
+            norm_key="ppo/grad_norm",
+            max_consecutive_skips=max_consecutive_skips,
+        )
         self.shuffle = torch.Generator().manual_seed(seed)
         self.frozen = FrozenModules("ref_policy")
         self.logged_keys: set[str] = set()  # every step metric logged so far
+
+    def check_data(self, module: Any) -> None:
+        """``LightningModule.setup`` (before ``configure_model`` loads any network): the data's
+        batch size against ``mini_batch_size``, and its longest prompt plus the engine's
+        ``max_new_tokens`` against the model's context."""
+        data = getattr(module.trainer, "datamodule", None)
+        batch_size = getattr(data, "batch_size", None)
+        if isinstance(batch_size, int):
+            self.settings.check_rollout_size(batch_size)
+        longest = getattr(data, "longest_prompt", 0)
+        new_tokens = getattr(self.collector.engine, "max_new_tokens", None)
+        if not (isinstance(longest, int) and longest > 0 and isinstance(new_tokens, int)):
+            return
+        context = context_length(module.hparams.model)
+        if context is not None and longest + new_tokens > context:
+            raise ValueError(
+                f"the longest prompt has {longest} tokens and the engine generates up to "
+                f"max_new_tokens={new_tokens}: {longest + new_tokens} positions, more than the "
+                f"{context} of {module.hparams.model!r} (max_position_embeddings). Fix: lower "
+                "data.init_args.max_prompt_length (longer prompts are dropped) or the engine's "
+                "max_new_tokens."
+            )
 
     def collect(self, module: Any, batch: dict[str, Any]) -> Rollout:
         """G sampled responses per prompt, scored by the reward and the reward-term callbacks.
@@ -136,13 +170,15 @@ class PolicyStep:
         }
 
     def save(self, module: Any, checkpoint: dict[str, Any]) -> None:
-        """``on_save_checkpoint``: the counters, the KL coefficient, the shuffling state and a
-        stateful reward's ``state_dict()`` go into the checkpoint; the frozen reference (the
-        starting model, reloaded on every start) does not."""
+        """``on_save_checkpoint``: the counters (rollouts, skipped optimizer steps), the KL
+        coefficient, the shuffling state and a stateful reward's ``state_dict()`` go into the
+        checkpoint; the frozen reference (the starting model, reloaded on every start) does
+        not."""
         checkpoint["lit_rlhf"] = {
             "rollout_step": module.rollout_step,
             "kl_coef": module.kl_coef,
             "shuffle_rng": self.shuffle.get_state(),
+            "optimizer_step": self.step_optimizer.state_dict(),
         }
         reward_state = getattr(self.collector.reward, "state_dict", None)
         if callable(reward_state):  # a stateful reward (e.g. ScalarRMReward's running mean)
@@ -151,13 +187,16 @@ class PolicyStep:
 
     def load(self, module: Any, checkpoint: dict[str, Any]) -> None:
         """``on_load_checkpoint``: the reverse of :meth:`save` (the reference's weights are put
-        back into the state dict, so strict loading finds every key)."""
+        back into the state dict, so strict loading finds every key). A checkpoint of other
+        networks (another ``model``) is refused with both models named."""
         self.frozen.restore(module, checkpoint)
+        check_checkpoint_weights(module, checkpoint, settings=_NETWORK_SETTINGS)
         state = checkpoint.get("lit_rlhf", {})
         module.rollout_step = state.get("rollout_step", 0)
         module.kl_coef = state.get("kl_coef", module.kl_coef)
         if "shuffle_rng" in state:
             self.shuffle.set_state(state["shuffle_rng"])
+        self.step_optimizer.load_state_dict(state.get("optimizer_step", {}))
         restore = getattr(self.collector.reward, "load_state_dict", None)
         if "reward" in state and callable(restore):
             restore(state["reward"])

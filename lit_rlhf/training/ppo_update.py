@@ -26,6 +26,7 @@ from lit_rlhf.algos import (
 )
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
+from lit_rlhf.training.faults import SKIPPED_STEPS_KEY
 from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.protocols import PolicyLossContext, task_gradient_hook
 from lit_rlhf.training.settings import PPOSettings
@@ -63,7 +64,7 @@ class PPOUpdate:
             ``functools.partial(policy_loss_terms, trainer, module)``.
         use_current_as_old: the current policy's detached log-probs are the old ones (valid when
             the experience gets exactly one update, before which the weights did not change).
-        step: the rollout step, for error messages.
+        step: the rollout step this update belongs to.
     """
 
     def __init__(
@@ -166,7 +167,6 @@ class PPOUpdate:
                 else critic_values(self.critic, ids, attn, mask.shape[1])
             )
             loss = loss + self._value_loss(values, micro, rcols, mask, mb)
-        self._check_finite(loss)
         self._record("ppo/entropy", ctx.full_vocab_means()["entropy"])
         self.add({f"ppo/{k}": v for k, v in pg_stats._asdict().items()})
         self.add(extra_stats)
@@ -211,16 +211,6 @@ class PPOUpdate:
             v_loss, mask, mode=s.loss_agg, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs
         )
 
-    def _check_finite(self, loss: Tensor) -> None:
-        if not torch.isfinite(loss):
-            last = {k: float(v[-1]) for k, v in self.stats.items() if v}
-            raise FloatingPointError(
-                f"non-finite PPO loss ({float(loss)}) at rollout step {self.step}; latest "
-                f"components: {last}. The optimizer step for this mini-batch was not taken. "
-                "Likely fixes: lower the learning rate, check the reward for inf/NaN, use fp32 "
-                "or bf16-mixed."
-            )
-
     def _record(self, key: str, value: Tensor) -> None:
         self.stats[key].append(value.detach().float())
 
@@ -230,4 +220,8 @@ class PPOUpdate:
             self._record(key, value)
 
     def means(self) -> dict[str, Tensor]:
-        return {k: torch.stack(v).mean() for k, v in self.stats.items()}
+        """Each diagnostic's mean over the update; a cumulative count its latest value."""
+        return {
+            k: v[-1] if k == SKIPPED_STEPS_KEY else torch.stack(v).mean()
+            for k, v in self.stats.items()
+        }

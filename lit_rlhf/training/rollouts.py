@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlhf.rewards.base import RewardFunction
+from lit_rlhf.rewards.guarded import REWARD_ERROR_KEY
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.training.protocols import RewardContext, reward_terms
 from lit_rlhf.types import GenerationOutput, Rollout
@@ -130,7 +131,9 @@ class RolloutCollector:
 def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
     """Scalar statistics of a scored rollout: the reward (mean, std, each part of the reward's
     info averaged over the samples where it is defined, i.e. not NaN, the reward terms'
-    diagnostics) and the response lengths."""
+    diagnostics), the response lengths and, with a ``GuardedReward`` anywhere in the reward,
+    ``fault/reward_errors``: the samples that got its fallback score (summed over every guarded
+    part)."""
     scores, mask = rollout.scores, rollout.response_mask
     stats = {
         "reward/mean": scores.mean(),
@@ -142,5 +145,12 @@ def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
         defined = value.float()[~value.float().isnan()]
         if len(defined):
             stats[f"reward/{key}"] = defined.mean()
+    errors = [
+        value.float().nansum()
+        for key, value in rollout.reward_info.items()
+        if key == REWARD_ERROR_KEY or key.endswith(f"/{REWARD_ERROR_KEY}")
+    ]
+    if errors:
+        stats["fault/reward_errors"] = torch.stack(errors).sum()
     stats.update(rollout.term_stats)
     return stats

@@ -8,7 +8,8 @@ before any model loads, with a message that names the setting and the fix.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
@@ -89,6 +90,21 @@ class PPOSettings:
             **{f.name: hparams[f.name] for f in dataclasses.fields(cls) if f.name in hparams}
         )
 
+    def check_rollout_size(self, prompts_per_batch: int) -> None:
+        """Refuse a ``mini_batch_size`` that does not divide the rollout of one batch of
+        ``prompts_per_batch`` prompts (each epoch would end with a smaller optimizer step)."""
+        n, size = prompts_per_batch * self.samples_per_prompt, self.mini_batch_size
+        if size is None or n % size == 0:
+            return
+        divisors = [d for d in range(1, n + 1) if n % d == 0 and d < n]
+        raise ValueError(
+            f"mini_batch_size={size} does not divide the rollout of {prompts_per_batch} prompts "
+            f"x samples_per_prompt={self.samples_per_prompt} = {n} sequences: every PPO epoch "
+            f"would end with a step on {n % size if size < n else n}. Fix: set mini_batch_size "
+            f"to a divisor of {n} (e.g. {divisors[-1] if divisors else n}), or null for one "
+            "step per rollout, or change data.init_args.batch_size."
+        )
+
     def update_size(self, n: int) -> int:
         """Sequences per optimizer step for a rollout of ``n`` sequences."""
         return self.mini_batch_size or n
@@ -100,3 +116,32 @@ class PPOSettings:
         return (
             self.ppo_epochs == 1 and self.update_size(n) >= n and not self.recompute_old_log_probs
         )
+
+
+def module_setting_rules(hparams: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+    """(name, ok, wanted) for the optimisation settings the RL modules share (those present)."""
+    rules = {
+        "lr": ("> 0 and finite (a negative lr would ascend the loss)", _positive),
+        "critic_lr": ("> 0 and finite", _positive),
+        "weight_decay": (">= 0", lambda v: v >= 0),
+        "kl_coef": (
+            ">= 0 (0 = no KL term and no reference model; a negative coefficient would reward "
+            "drifting away from the reference)",
+            lambda v: 0 <= v < math.inf,
+        ),
+    }
+    return [(k, check(hparams[k]), wanted) for k, (wanted, check) in rules.items() if k in hparams]
+
+
+def refuse_out_of_range(rules: Sequence[tuple[str, bool, str]], values: Mapping[str, Any]) -> None:
+    """Raise for the first rule that fails, naming the setting, its value and the range."""
+    for name, ok, wanted in rules:
+        if not ok:
+            raise ValueError(
+                f"{name}={values[name]!r} must be {wanted}. Fix: set model.init_args.{name} in "
+                "that range."
+            )
+
+
+def _positive(value: float) -> bool:
+    return 0 < value < math.inf

@@ -19,6 +19,12 @@ from lit_rlhf.rollout import VLLMGenerationEngine
 from lit_rlhf.rollout.weight_sync import WeightSnapshot, block_key, run_with_deadline
 
 
+@pytest.fixture(autouse=True)
+def _vllm_counts_as_installed(monkeypatch):
+    """The engine refuses to be built without vLLM; its bookkeeping here needs no vLLM."""
+    monkeypatch.setattr("lit_rlhf.rollout.vllm.vllm_installed", lambda: True)
+
+
 class TwoBlocks(nn.Module):
     def __init__(self) -> None:
         super().__init__()

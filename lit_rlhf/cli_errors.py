@@ -1,0 +1,124 @@
+"""What ``lit-rlhf`` prints when a configuration is refused: the cause, last.
+
+jsonargparse reports a bad setting inside the union it tried (``LightningModule | None``), then
+the whole value it was given: for a module, a namespace dump with the tokenizer's repr, so the
+cause ends up in the middle of a hundred lines. Here a parse error is printed as the nested keys
+that lead to it, and a last line ``error: <key>: <cause>. Fix: ...``; an error raised by a
+class's ``__init__`` while the CLI builds it is re-raised as itself, so the traceback ends with
+that class's own message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any, NoReturn
+
+from lightning.pytorch.cli import LightningArgumentParser
+
+# jsonargparse's lines that describe its own search rather than the cause
+_NOISE = (
+    "Does not validate against any of the Union subtypes",
+    "Subtypes:",
+    "Errors:",
+    "Expected a <class 'NoneType'>",
+)
+_KEY = re.compile(r'^Parser key "([^"]+)":?$')
+_KEY_AND_CAUSE = re.compile(r'^Parser key "([^"]+)": (.+)$')
+_CLASS = re.compile(r"^Problem with given class_path '([^']+)':$")
+_OPTION = re.compile(r"^Option '([^']+)' is not accepted")
+
+
+class LitRLHFParser(LightningArgumentParser):
+    """LightningCLI's parser, printing a refused configuration as :func:`explain_parse_error`
+    (nested parsers, which raise instead of exiting, are unchanged)."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            super().error(message, ex)  # raises
+        subcommand = getattr(getattr(ex, "subcommand_parser", None) or self, "subcommand", None)
+        sys.stderr.write(explain_parse_error(message, subcommand) + "\n")
+        self.exit(2)
+
+
+def explain_parse_error(message: str, subcommand: str | None = None) -> str:
+    """jsonargparse's ``message`` without the value dumps, followed by one line that names the
+    setting, the cause and the fix."""
+    head = re.split(r"\n\s*Given value type:", message, maxsplit=1)[0]  # the rest: the input
+    lines = [line for line in head.splitlines() if _kept(line)]
+    key, class_path, cause = _locate(lines)
+    command = f"lit-rlhf {subcommand}" if subcommand else "lit-rlhf"
+    report = ["lit-rlhf: the configuration was refused:", *(f"  {line}" for line in lines)]
+    report.append(f"tip: `{command} --help` lists the options, `--print_config` shows the config")
+    where = f"{key}: " if key else ""
+    report.append(f"error: {where}{cause.rstrip('.')}. Fix: {_fix(key, class_path, cause)}")
+    return "\n".join(report)
+
+
+def _kept(line: str) -> bool:
+    text = line.strip().removeprefix("- ")
+    return bool(text) and not text.startswith(_NOISE)
+
+
+def _locate(lines: list[str]) -> tuple[str | None, str | None, str]:
+    """(dotted key, class whose settings hold it, cause): the cause is the last line, the key
+    is made of the ``Parser key`` and class-path lines above it."""
+    keys: list[str] = []
+    classes: list[str] = []
+    for line in lines[:-1]:
+        text = line.strip().removeprefix("- ")
+        if match := _KEY.match(text):
+            keys.append(match.group(1))
+        elif match := _CLASS.match(text):
+            classes.append(match.group(1))
+            keys.append("init_args")
+    cause = lines[-1].strip().removeprefix("- ") if lines else "invalid arguments"
+    if match := _KEY_AND_CAUSE.match(cause):  # e.g. 'Parser key "config": File does not exist'
+        keys.append(match.group(1))
+        cause = match.group(2)
+    if match := _OPTION.match(cause):
+        keys.append(match.group(1))
+    elif keys and keys[-1] == "init_args":
+        keys.pop()  # the class itself is the problem (e.g. it does not exist)
+        classes.pop()
+    return ".".join(keys) or None, (classes[-1] if classes else None), cause
+
+
+def _fix(key: str | None, class_path: str | None, cause: str) -> str:
+    if key and class_path and key.count(".init_args.") == 1 and key.startswith(("model.", "data.")):
+        where = f"`--{key.split('.', 1)[0]}.help {class_path}` lists its settings"
+    elif class_path:
+        where = f"the arguments of {class_path} are the settings"
+    else:
+        where = "`--help` lists the settings"
+    if _OPTION.match(cause):
+        return f"remove {key} or correct its spelling ({where})."
+    if cause.startswith("Expected a"):
+        return f"give {key} a value of the expected type ({where})."
+    if "--optimizer" in cause or "--lr_scheduler" in cause:
+        return (
+            "leave them out: each module builds its own AdamW from model.init_args.lr, "
+            "weight_decay and max_grad_norm (manual optimisation would ignore an --optimizer "
+            "and never step an --lr_scheduler)."
+        )
+    if cause.startswith("unrecognized arguments"):
+        return f"remove them or correct their spelling ({where})."
+    return f"correct this setting in the config or on the command line ({where})."
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The exception a class raised while jsonargparse built it: ``err`` with jsonargparse's
+    wrappers (``raise ... from``) taken off."""
+    while err.__cause__ is not None and _raised_by_jsonargparse(err):
+        err = err.__cause__
+    return err
+
+
+def _raised_by_jsonargparse(err: BaseException) -> bool:
+    tb: Any = err.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("jsonargparse")
