@@ -68,6 +68,7 @@ def test_a_tiny_reward_model_learns_a_preference_and_exports(tmp_path: Path) -> 
         "builtin:tiny-llama", train=train, val=val, batch_size=8, val_batch_size=16
     )
     export = tmp_path / "hf"
+    torch.manual_seed(0)  # the new score head: independent of what earlier tests drew
     module = RewardModelModule(lr=1e-3, micro_batch_size=4, max_length=64, export_dir=str(export))
 
     def validate() -> float:
