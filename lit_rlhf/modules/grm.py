@@ -136,6 +136,10 @@ class GenerativeRewardModule(LightningModule):
         )
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """Networks (built in ``configure_model``), counters and evaluation metrics."""
         self.rollout_step = 0
         self.policy: Any = None
         self.critic: Any = None

@@ -137,6 +137,10 @@ class PPOModule(LightningModule):
         )
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """Networks (built in ``configure_model``), counters and evaluation metrics."""
         self.rollout_step = 0
         self.policy: Any = None
         self.critic: Any = None
