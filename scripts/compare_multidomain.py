@@ -8,7 +8,7 @@ back from the runs' ``metrics.csv``. Writes ``<out>/results.md`` (per arm and do
 over seeds of the last ``--last`` steps' reward) and ``<out>/curves.png`` (per-domain reward
 curves, one panel per domain).
 
-    python scripts/compare_multidomain.py --preset cpu --seeds 0 1     # tiny model, ~2 min
+    python scripts/compare_multidomain.py --preset cpu --seeds 0 1 2   # tiny model, ~4 min
     python scripts/compare_multidomain.py --preset gpu --seeds 0 1 2   # the authors' recipe (DDP)
 
 The ``cpu`` preset trains the random tiny Llama of ``configs/ppo/multidomain_tiny.yaml`` for
@@ -96,6 +96,30 @@ def summarise(csvs: dict[str, list[Path]], last: int) -> str:
     return "\n".join(lines)
 
 
+SURGERY_KEYS = ("conflict_fraction", "cosine_mean", "cosine_min")
+
+
+def surgery_table(csvs: dict[str, list[Path]]) -> str:
+    """Per arm with surgery: the mean over all steps of the callback's statistics (fraction of
+    (group, domain pair) cosines below 0, mean and minimum cosine), mean ± std over seeds. At
+    ``global`` granularity a group is the whole flattened gradient; at ``module`` one attention
+    or MLP block (or one other tensor)."""
+    lines = ["| arm | " + " | ".join(SURGERY_KEYS) + " |", "|---|" + "---|" * len(SURGERY_KEYS)]
+    for arm, paths in csvs.items():
+        if arm not in ("pcgrad", "mgs"):
+            continue
+        cells = []
+        for key in SURGERY_KEYS:
+            values = [
+                sum(xs) / len(xs)
+                for p in paths
+                if p.exists() and (xs := series(read_rows(p), f"ModularGradientSurgery/{key}"))
+            ]
+            cells.append(mean_spread(values))
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def plot(csvs: dict[str, list[Path]], path: Path) -> None:
     keys = [f"reward/{domain}/score" for domain in DOMAINS]
     plot_arms(csvs, keys, path, step_key="rollout/step", xlabel="rollout step", legend_size=7)
@@ -117,6 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     if opts.dry_run:
         return
     table = summarise(csvs, opts.last)
+    surgery = surgery_table(csvs)
+    if surgery:
+        table += "\n\nGradient conflicts seen by the surgery (mean over steps):\n\n" + surgery
     (opts.out / "results.md").write_text(table + "\n")
     plot(csvs, opts.out / "curves.png")
     print(table)

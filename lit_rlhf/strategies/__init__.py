@@ -1,7 +1,9 @@
-"""Strategy support: DeepSpeed ZeRO-2/3 on CPU processes, and what a module with manual
+"""Strategy support: DeepSpeed checkpoint folders without frozen models, DeepSpeed ZeRO-2/3 on CPU
+processes, and what a module with manual
 optimisation needs under DeepSpeed (ZeRO-3 model building, gradient clipping, micro-batch
 accumulation, gradient norm)."""
 
+from lit_rlhf.strategies.deepspeed import DeepSpeedStrategy
 from lit_rlhf.strategies.deepspeed_cpu import CPUDeepSpeedStrategy
 from lit_rlhf.strategies.deepspeed_hooks import (
     deepspeed_grad_norm,
@@ -14,6 +16,7 @@ from lit_rlhf.strategies.shutdown import shutdown_distributed
 
 __all__ = [
     "CPUDeepSpeedStrategy",
+    "DeepSpeedStrategy",
     "deepspeed_grad_norm",
     "is_deepspeed",
     "set_deepspeed_gradient_clipping",

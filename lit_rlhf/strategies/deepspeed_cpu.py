@@ -23,12 +23,15 @@ from typing import Any
 
 import torch
 from lightning.fabric.utilities.seed import reset_seed
-from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
+from lightning.pytorch.strategies import DDPStrategy
 from typing_extensions import override
+
+from lit_rlhf.strategies.deepspeed import DeepSpeedStrategy
 
 
 class CPUDeepSpeedStrategy(DeepSpeedStrategy):
-    """Lightning's DeepSpeed strategy on ``accelerator="cpu"``; takes all of its arguments.
+    """lit-rlhf's :class:`~lit_rlhf.strategies.DeepSpeedStrategy` (Lightning's, with checkpoint
+    folders free of frozen models) on ``accelerator="cpu"``; takes all of its arguments.
 
     Departures from the parent, each for one CUDA-only assumption:
 

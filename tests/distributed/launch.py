@@ -16,9 +16,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_python(*args: str, timeout: float = 300) -> str:
+def run_python(*args: str, timeout: float = 300, expect_failure: bool = False) -> str:
     """``python ARGS`` from the repository root; returns stdout + stderr, fails the test with the
-    tail of both on a non-zero exit."""
+    tail of both on a non-zero exit (``expect_failure``: on a zero exit)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(
         [sys.executable, *args],
@@ -30,6 +30,10 @@ def run_python(*args: str, timeout: float = 300) -> str:
         check=False,
     )
     output = proc.stdout + proc.stderr
+    if expect_failure:
+        if proc.returncode == 0:
+            pytest.fail(f"`python {' '.join(args)}` succeeded; a failure was expected:\n{output[-3000:]}")
+        return output
     if proc.returncode != 0:
         pytest.fail(f"`python {' '.join(args)}` exited with {proc.returncode}:\n{output[-6000:]}")
     return output

@@ -3,7 +3,7 @@ from the repository root: Lightning's ddp launcher re-runs this command line onc
 process.
 
     python -m tests.distributed.run_ppo KIND DEVICES STEPS OUT.json [--epochs N]
-        [--engine fixed|hf] [--save-checkpoint DIR] [--resume DIR] [--micro-batch-size M]
+        [--engine fixed|hf] [--save-checkpoint DIR] [--resume DIR] [--model M] [--micro-batch-size M]
 
 KIND: ``plain`` (no strategy), ``ddp``, ``zero2``, ``zero3`` (the CPU DeepSpeed subclass).
 STEPS: rollouts per epoch. Every rollout takes ``GLOBAL_PROMPTS`` prompts in all, split evenly
@@ -158,12 +158,13 @@ def main() -> None:
     parser.add_argument("--engine", choices=["fixed", "hf"], default="fixed")
     parser.add_argument("--save-checkpoint")
     parser.add_argument("--resume")
+    parser.add_argument("--model", default="builtin:tiny-llama")
     parser.add_argument("--micro-batch-size", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(1)  # two processes on two cores
     L.seed_everything(0, verbose=False)
 
-    model_dir = resolve("builtin:tiny-llama")
+    model_dir = resolve(args.model)
     tokenizer = load_tokenizer(model_dir)
     engine = FixedResponseEngine() if args.engine == "fixed" else HFGenerationEngine(8)
     module = PPOModule(

@@ -67,6 +67,7 @@ def test_zero2_save_and_resume_continue_like_one_uninterrupted_process(single_pr
     ckpt = tmp_path / "epoch0.ckpt"
     first = run_ppo(tmp_path, "first", "zero2", 2, "--epochs", "1", "--save-checkpoint", str(ckpt))
     assert ckpt.is_dir()  # DeepSpeed's sharded checkpoint folder
+    assert_only_trained_weights_saved(ckpt)
     assert (first["global_step"], first["rollout_step"], first["tre_steps"]) == (4, 2, 4)
     assert_weights_close(first["weights"]("epoch0"), single_process["weights"]("epoch0"))
 
@@ -79,6 +80,26 @@ def test_zero2_save_and_resume_continue_like_one_uninterrupted_process(single_pr
     last = f"epoch{EPOCHS - 1}"
     assert_weights_close(resumed["weights"](last), single_process["weights"](last))
     assert resumed["grad_norms"] == pytest.approx(single_process["grad_norms"][STEPS:], rel=1e-4)
+
+    # the folder of another policy size is refused before any optimizer state is read
+    out = tmp_path / "other.json"
+    args = ("zero2", "2", str(STEPS), str(out), "--resume", str(ckpt), "--model", "builtin:small-llama")
+    printed = run_python("-m", "tests.distributed.run_ppo", *args, expect_failure=True)
+    assert "are not this module's networks (model: checkpoint " in printed
+    assert "tiny-llama" in printed and "small-llama" in printed and "of another shape" in printed
+
+
+def assert_only_trained_weights_saved(folder: Path) -> None:
+    """lit-rlhf's DeepSpeed strategy leaves the frozen reference (kl_coef > 0) out of the folder:
+    the model-states file holds the policy and critic, no ``ref_policy.`` key and no frozen
+    fragments; the resume above rebuilds the reference from its source."""
+    files = sorted(folder.glob("checkpoint/*model_states.pt"))
+    assert files, f"no model-states file in {folder}"
+    state = torch.load(files[0], map_location="cpu", weights_only=False)  # DeepSpeed's own file
+    keys = list(state["module"])
+    assert any(k.startswith("policy.") for k in keys) and any(k.startswith("critic.") for k in keys)
+    assert not [k for k in keys if k.startswith("ref_policy.")]
+    assert not state.get("frozen_param_fragments")
 
 
 @pytest.mark.parametrize("fragment", ["cpu_deepspeed_zero2", "cpu_deepspeed_zero3", "ddp"])

@@ -1,0 +1,151 @@
+"""DeepSpeed checkpoint folders without the frozen models, and a clear error for another model's.
+
+Lightning's :class:`~lightning.pytorch.strategies.DeepSpeedStrategy` saves through DeepSpeed's
+engine, which stores every parameter of the LightningModule: also the frozen ones (PPO's and the
+judge's reference, the compressor's frozen decoder, the frozen base of a LoRA model), which
+lit-rlhf rebuilds from their source on every start (:mod:`lit_rlhf.training.frozen`) and already
+leaves out of Lightning checkpoints. DeepSpeed can leave them out (``exclude_frozen_parameters``),
+but Lightning then loads with ``strict=module.strict_loading`` and fails on the missing keys.
+
+:class:`DeepSpeedStrategy` takes all of Lightning's arguments, excludes frozen parameters by
+default, and loads a checkpoint's module weights with its own check: the keys it lacks must be
+frozen parameters of this module, and it may hold no key or shape this module does not have
+(shapes of ZeRO-3 partitions, which are empty, are not compared). Anything else is refused
+before DeepSpeed reads the optimizer states, naming the tensors and the settings
+(hyperparameters) in which the checkpoint and this module differ. Frozen parameters present in
+a checkpoint (written with ``exclude_frozen_parameters: false`` or by Lightning's class) are
+loaded as before.
+
+YAML (``configs/trainer/deepspeed_zero2.yaml``)::
+
+    trainer:
+      strategy:
+        class_path: lit_rlhf.strategies.DeepSpeedStrategy
+        init_args: {stage: 2}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from lightning.pytorch.strategies import DeepSpeedStrategy as LightningDeepSpeedStrategy
+from lightning.pytorch.strategies.deepspeed import _validate_checkpoint_directory
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import Tensor, nn
+from typing_extensions import override
+
+if TYPE_CHECKING:
+    from lit_rlhf.training.checkpoint_weights import WeightMismatch
+
+
+class DeepSpeedStrategy(LightningDeepSpeedStrategy):
+    """Lightning's DeepSpeed strategy whose checkpoint folders hold only trained parameters.
+
+    Args:
+        exclude_frozen_parameters: leave parameters with ``requires_grad=False`` out of the
+            checkpoint folders (default True; they are rebuilt from their source on load).
+        *args, **kwargs: Lightning's ``DeepSpeedStrategy`` arguments (``stage``, ``config``,
+            offload settings, ...).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("exclude_frozen_parameters", True)
+        super().__init__(*args, **kwargs)
+
+    @override
+    def save_checkpoint(
+        self, checkpoint: dict, filepath: Any, storage_options: Any | None = None
+    ) -> None:
+        engine = self.deepspeed_engine
+        if not self.exclude_frozen_parameters or engine is None:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        # DeepSpeed drops frozen parameters by their first name only, so a tied alias (a frozen
+        # model's lm_head.weight = its embedding) would stay: drop every name of each.
+        frozen = [
+            n
+            for n, p in engine.module.named_parameters(remove_duplicate=False)
+            if not p.requires_grad
+        ]
+        original = engine.module_state_dict
+
+        def trained_state_dict(*args: Any, **kwargs: Any) -> dict:
+            weights = original(*args, **kwargs)
+            if kwargs.get("exclude_frozen_parameters"):
+                for name in frozen:
+                    weights.pop(name, None)
+            return weights
+
+        engine.module_state_dict = trained_state_dict
+        try:
+            super().save_checkpoint(checkpoint, filepath, storage_options)
+        finally:
+            del engine.module_state_dict  # the class's method again
+
+    @override
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict:
+        if self.load_full_weights and self.zero_stage_3:  # one consolidated file: Lightning's path
+            return super().load_checkpoint(checkpoint_path, weights_only)
+        from lit_rlhf.training.checkpoint_weights import mismatch_error  # (training imports us)
+
+        _validate_checkpoint_directory(checkpoint_path)
+        module = self.lightning_module
+        assert module is not None and self.deepspeed_engine is not None
+        strict = bool(module.strict_loading)
+        try:
+            _, client_state = self.deepspeed_engine.load_checkpoint(
+                checkpoint_path,
+                load_optimizer_states=module.trainer.state.fn == TrainerFn.FITTING,
+                load_lr_scheduler_states=False,
+                custom_load_fn=lambda src, dst: _load_module_weights(src, dst, strict),
+            )
+        except _Refused as refused:  # before DeepSpeed reads optimizer states of other shapes
+            raise mismatch_error(
+                refused.mismatch,
+                saved_hp=_saved_hyperparameters(Path(checkpoint_path)),
+                own_hp=dict(getattr(module, "hparams", {})),
+                where=str(checkpoint_path),
+            ) from None
+        if client_state is None:
+            raise MisconfigurationException(
+                f"DeepSpeed could not load the checkpoint {checkpoint_path}. Fix: pass the folder "
+                "a DeepSpeed run wrote (it holds 'latest' and a 'checkpoint' folder), or a single "
+                "file with DeepSpeedStrategy(load_full_weights=True) under ZeRO-3."
+            )
+        return client_state
+
+
+class _Refused(Exception):
+    def __init__(self, mismatch: WeightMismatch) -> None:
+        super().__init__(str(mismatch))
+        self.mismatch = mismatch
+
+
+def _load_module_weights(src: Mapping[str, Tensor], dst: nn.Module, strict: bool) -> None:
+    """DeepSpeed's ``custom_load_fn``: the checkpoint's module weights into ``dst``, where the
+    keys it lacks may only be ``dst``'s frozen parameters (refused otherwise when ``strict``;
+    without it, what fits is loaded)."""
+    from lit_rlhf.training.checkpoint_weights import WeightMismatch
+
+    own = dst.state_dict()
+    frozen = {n for n, p in dst.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    mismatch = WeightMismatch.between(own, src, allowed_missing=frozen)
+    if mismatch and strict:
+        raise _Refused(mismatch)
+    fits = {k: v for k, v in src.items() if k in own and k not in mismatch.reshaped}
+    dst.load_state_dict(fits, strict=False)
+
+
+def _saved_hyperparameters(folder: Path) -> Mapping[str, Any]:
+    """The ``hyper_parameters`` Lightning stored in a DeepSpeed folder's model-states file (for
+    the error message only; {} where the file cannot be read with ``weights_only=True``)."""
+    for path in sorted(folder.glob("checkpoint/*model_states.pt")):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # DeepSpeed's own objects: no settings to name
+            return {}
+        return state.get("hyper_parameters") or {}
+    return {}
