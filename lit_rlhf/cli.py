@@ -19,7 +19,9 @@ Every trainer gets :class:`~lit_rlhf.training.CheckpointOnInterrupt` unless the 
 SIGTERM or Ctrl-C during ``fit`` saves ``interrupted.ckpt`` (next to ModelCheckpoint's, else in
 ``<default_root_dir>/checkpoints``) after the current batch and exits with 143 / 130.
 A resume whose checkpoint was trained from another model than the data's tokenizer is refused,
-and so is a ``--ckpt_path`` that is not a readable checkpoint (both name the file).
+and so is a ``--ckpt_path`` that is not a readable checkpoint (both name the file). The Trainer
+loads ``--ckpt_path`` with ``weights_only=True`` (tensors and plain types, no pickled code)
+unless the command line says ``--weights_only false``.
 Checkpoint files are written atomically (:class:`~lit_rlhf.training.AtomicCheckpointIO`: a run
 killed mid-write leaves ``last.ckpt`` whole) unless the config chooses a checkpoint IO plugin.
 
@@ -90,6 +92,10 @@ class LitRLHFCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return super()._parse_ckpt_path()
+        if self.config[subcommand].get("weights_only", False) is None:
+            # the Trainer's own load of --ckpt_path: tensors and plain types only, never pickled
+            # code (LightningCLI's read of the hyperparameters above is weights_only already)
+            self.config[subcommand]["weights_only"] = True
         init = self.config[subcommand].get("model.init_args")
         if init is None:
             return self._read_ckpt_hparams()

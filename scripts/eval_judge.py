@@ -31,7 +31,7 @@ def build(opts: argparse.Namespace) -> tuple[Any, Any]:
     judging = {"eval_samples": opts.samples, "inference": opts.inference}
     if opts.checkpoint:
         module = GenerativeRewardModule.load_from_checkpoint(
-            opts.checkpoint, engine=engine, **judging
+            opts.checkpoint, weights_only=True, engine=engine, **judging
         )
         model = module.hparams.model
     else:

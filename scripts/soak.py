@@ -1,8 +1,8 @@
 """Long-run soak: a tiny config trained for hundreds of rollouts with checkpoints every few steps;
 resident memory and step time must stay flat. Prints the slopes and writes a CSV and a PNG.
 
-    python scripts/soak.py [--config configs/ppo/countdown_tiny.yaml] [--steps 500] [--every 5]
-        [--out runs/soak]
+    python scripts/soak.py [--config configs/ppo/countdown_tiny.yaml] [--steps 1000] [--every 5]
+        [--out runs/soak] [CLI overrides, e.g. --trainer.callbacks=[]]
 
 The run is ``lit-rlhf fit`` of ``--config`` built through the CLI (same classes and settings),
 with ``max_steps`` set, validation every epoch (one batch), a CSV logger and a
@@ -72,14 +72,14 @@ def summarise(rows: list[dict[str, float]], warmup: int) -> dict[str, float]:
     ms = [1000 * r["seconds"] for r in kept]
     rss = [r["rss_mib"] for r in kept]
     fifth = max(1, len(kept) // 5)
+    fifths = [slice(i * fifth, (i + 1) * fifth if i < 4 else len(kept)) for i in range(5)]
     return {
         "steps": len(kept),
         "rss_slope": slope_per_100(steps, rss),
-        "rss_first": statistics.median(rss[:fifth]),
-        "rss_last": statistics.median(rss[-fifth:]),
         "ms_slope": slope_per_100(steps, ms),
-        "ms_first": statistics.median(ms[:fifth]),
-        "ms_last": statistics.median(ms[-fifth:]),
+        # medians per fifth of the run: robust to the validation and checkpoint spikes
+        "rss_fifths": [statistics.median(rss[f]) for f in fifths],
+        "ms_fifths": [statistics.median(ms[f]) for f in fifths],
     }
 
 
@@ -93,7 +93,15 @@ def plot(rows: list[dict[str, float]], path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
     top.plot(steps, [r["rss_mib"] for r in rows])
     top.set_ylabel("resident MiB")
-    bottom.plot(steps, [1000 * r["seconds"] for r in rows], linewidth=0.6)
+    ms = np.asarray([1000 * r["seconds"] for r in rows])
+    bottom.plot(steps, ms, linewidth=0.4, alpha=0.5, label="per step")
+    window = min(51, len(ms))
+    rolling = [
+        float(np.median(ms[max(0, i - window // 2) : i + window // 2 + 1])) for i in range(len(ms))
+    ]
+    bottom.plot(steps, rolling, label=f"rolling median ({window})")
+    bottom.set_ylim(0, 3 * float(np.median(ms)))  # spikes above are clipped
+    bottom.legend(fontsize=7)
     bottom.set_ylabel("step interval (ms)")
     bottom.set_xlabel("optimizer step")
     fig.tight_layout()
@@ -104,9 +112,9 @@ def run(opts: argparse.Namespace) -> list[dict[str, float]]:
     from lit_rlhf.cli import cli_main
 
     out: Path = opts.out
+    sys.argv = sys.argv[:1]  # the CLI reads only the arguments given here
     cli = cli_main(
         [
-            "fit",
             "--config",
             str(opts.config),
             f"--trainer.max_steps={opts.steps}",
@@ -117,6 +125,7 @@ def run(opts: argparse.Namespace) -> list[dict[str, float]]:
             "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
             f"--trainer.logger.save_dir={out}",
             "--trainer.logger.name=logs",
+            *opts.overrides,
         ],
         run=False,
     )
@@ -132,11 +141,18 @@ def run(opts: argparse.Namespace) -> list[dict[str, float]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--config", type=Path, default=ROOT / "configs/ppo/countdown_tiny.yaml")
-    parser.add_argument("--steps", type=int, default=500, help="optimizer steps (= rollouts here)")
+    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps (= rollouts here)")
     parser.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
     parser.add_argument("--warmup", type=int, default=20, help="first steps left out of the fit")
     parser.add_argument("--out", type=Path, default=Path("runs/soak"))
-    opts = parser.parse_args(argv)
+    parser.add_argument("--replot", type=Path, help="only summarise and plot this soak.csv")
+    opts, opts.overrides = parser.parse_known_args(argv)
+    if opts.replot:
+        with opts.replot.open() as f:
+            rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        plot(rows, opts.replot.with_suffix(".png"))
+        report(rows, opts, f"{opts.replot} (re-read)")
+        return
     if opts.steps <= opts.warmup or opts.every < 1:
         parser.error("need --steps > --warmup and --every >= 1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -149,15 +165,24 @@ def main(argv: list[str] | None = None) -> None:
         writer.writeheader()
         writer.writerows(rows)
     plot(rows, opts.out / "soak.png")
+    print(f"wrote {opts.out / 'soak.csv'} and soak.png")
+    report(
+        rows,
+        opts,
+        f"{opts.config}: {opts.steps} steps, checkpoint every {opts.every}, {wall:.0f} s",
+    )
+
+
+def report(rows: list[dict[str, float]], opts: argparse.Namespace, title: str) -> None:
     s = summarise(rows, opts.warmup)
-    print(f"\n{opts.config}: {opts.steps} steps, checkpoint every {opts.every}, {wall:.0f} s")
-    print("| measure | first fifth (median) | last fifth (median) | slope per 100 steps |")
-    print("|---|---|---|---|")
-    print(f"| resident memory | {s['rss_first']:.1f} MiB | {s['rss_last']:.1f} MiB | "
-          f"{s['rss_slope']:+.2f} MiB |")  # fmt: skip
-    print(f"| step interval | {s['ms_first']:.1f} ms | {s['ms_last']:.1f} ms | "
-          f"{s['ms_slope']:+.2f} ms |")  # fmt: skip
-    print(f"({s['steps']:.0f} steps after the first {opts.warmup}; CSV and PNG in {opts.out})")
+    print(f"\n{title}")
+    print("| measure | median per fifth of the run | least-squares slope per 100 steps |")
+    print("|---|---|---|")
+    rss = " / ".join(f"{v:.1f}" for v in s["rss_fifths"])
+    ms = " / ".join(f"{v:.1f}" for v in s["ms_fifths"])
+    print(f"| resident memory (MiB) | {rss} | {s['rss_slope']:+.2f} MiB |")
+    print(f"| step interval (ms) | {ms} | {s['ms_slope']:+.2f} ms |")
+    print(f"({s['steps']:.0f} steps after the first {opts.warmup})")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from lit_rlhf.training import (
     OptimizerStep,
     freeze,
 )
+from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
 
 AE, LM = 0, 1  # the markers' rows: autoencoding, continuation
 
@@ -304,7 +305,20 @@ class CompressorDecoderModule(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.frozen.restore(self, checkpoint)
+        # another compressor, decoder width, memory size or LoRA: an error naming both
+        check_checkpoint_weights(self, checkpoint, settings=_NETWORK_SETTINGS)
         self.step_optimizer.load_state_dict(checkpoint.get("lit_rlhf_optimizer_step", {}))
+
+
+_NETWORK_SETTINGS = (
+    "compressor",
+    "decoder",
+    "num_memory_tokens",
+    "compression_rate",
+    "context_tokens",
+    "lora_rank",
+    "lora_target_modules",
+)
 
 
 def _rate_to_k(rate: float | None, context_tokens: int | None) -> int:

@@ -74,7 +74,13 @@ class VLLMGenerationEngine:
         enforce_eager: no CUDA graphs / torch.compile (fast start; slower decoding on GPU).
         enable_sleep_mode: release vLLM's memory between rollouts (GPU only); a sync requested
             while asleep runs at the next wake-up.
-        seed: vLLM's sampling seed.
+        seed: vLLM's engine seed (its own generator, used for requests without a seed).
+        request_seeds: give every sampled request its own seed, drawn from torch's global
+            generator (True, default): sampling then follows ``seed_everything`` and resumes
+            exactly, since that generator is in every lit-rlhf checkpoint
+            (:class:`~lit_rlhf.training.GlobalRNGState`); vLLM's engine generator is not.
+            False: vLLM's engine generator (not reproducible across a resume; vLLM documents
+            seeded requests as somewhat slower to sample).
         sync_timeout_s: deadline for one weight sync; past it, a ``TimeoutError`` names the step
             it was stuck in and the engine refuses further use.
         snapshot_device: where the copy used for change detection lives (``None``: next to each
@@ -95,6 +101,7 @@ class VLLMGenerationEngine:
         enforce_eager: bool = False,
         enable_sleep_mode: bool = False,
         seed: int = 0,
+        request_seeds: bool = True,
         sync_timeout_s: float = 600.0,
         snapshot_device: str | None = None,
         llm_kwargs: dict[str, Any] | None = None,
@@ -119,6 +126,7 @@ class VLLMGenerationEngine:
         self.enforce_eager = enforce_eager
         self.enable_sleep_mode = enable_sleep_mode
         self.seed = seed
+        self.request_seeds = request_seeds
         self.sync_timeout_s = sync_timeout_s
         self.llm_kwargs = dict(llm_kwargs or {})
         self.llm: Any = None
@@ -152,7 +160,11 @@ class VLLMGenerationEngine:
         prompts = [  # token ids, left padding stripped
             {"prompt_token_ids": input_ids[i][mask[i]].tolist()} for i in range(len(input_ids))
         ]
-        params = self._sampling_params(tokenizer, greedy, log_probs)
+        params: Any = self._sampling_params(tokenizer, greedy, log_probs)
+        if self.request_seeds and not greedy:
+            # one seed per request from torch's (checkpointed) global generator
+            seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist()
+            params = [self._sampling_params(tokenizer, greedy, log_probs, seed=s) for s in seeds]
         outputs = llm.generate(prompts, params, use_tqdm=False)
         response_ids, chosen = _pad_outputs(outputs, tokenizer.pad_token_id, log_probs)
         response_ids = response_ids.to(input_ids.device)
@@ -169,7 +181,9 @@ class VLLMGenerationEngine:
             self._asleep = True
         return finish_output(response_ids, response_mask, chosen, tokenizer.pad_token_id)
 
-    def _sampling_params(self, tokenizer: Any, greedy: bool, log_probs: bool = True) -> Any:
+    def _sampling_params(
+        self, tokenizer: Any, greedy: bool, log_probs: bool = True, seed: int | None = None
+    ) -> Any:
         from vllm import SamplingParams
 
         eos = tokenizer.eos_token_id
@@ -185,6 +199,7 @@ class VLLMGenerationEngine:
             ignore_eos=True,
             stop_token_ids=None if eos is None else torch.as_tensor(eos).reshape(-1).tolist(),
             detokenize=False,
+            seed=seed,
         )
 
     # ------------------------------------------------------------------ weight sync

@@ -12,7 +12,9 @@ dict when Lightning loads (``configure_model`` runs before ``on_load_checkpoint`
     def on_save_checkpoint(self, checkpoint): self.frozen.drop(checkpoint)
     def on_load_checkpoint(self, checkpoint): self.frozen.restore(self, checkpoint)
 
-(DeepSpeed's checkpoint folders are written by DeepSpeed from its engine and still contain them.)
+DeepSpeed's checkpoint folders are written by DeepSpeed from its engine:
+:class:`lit_rlhf.strategies.DeepSpeedStrategy` leaves frozen parameters out of them too (and
+allows exactly those keys to be missing on load); Lightning's own DeepSpeed strategy keeps them.
 """
 
 from __future__ import annotations

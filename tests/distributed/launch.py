@@ -32,7 +32,9 @@ def run_python(*args: str, timeout: float = 300, expect_failure: bool = False) -
     output = proc.stdout + proc.stderr
     if expect_failure:
         if proc.returncode == 0:
-            pytest.fail(f"`python {' '.join(args)}` succeeded; a failure was expected:\n{output[-3000:]}")
+            pytest.fail(
+                f"`python {' '.join(args)}` succeeded; a failure was expected:\n{output[-3000:]}"
+            )
         return output
     if proc.returncode != 0:
         pytest.fail(f"`python {' '.join(args)}` exited with {proc.returncode}:\n{output[-6000:]}")

@@ -3,7 +3,8 @@ from the repository root: Lightning's ddp launcher re-runs this command line onc
 process.
 
     python -m tests.distributed.run_ppo KIND DEVICES STEPS OUT.json [--epochs N]
-        [--engine fixed|hf] [--save-checkpoint DIR] [--resume DIR] [--model M] [--micro-batch-size M]
+        [--engine fixed|hf] [--save-checkpoint DIR] [--resume DIR] [--model M]
+        [--micro-batch-size M]
 
 KIND: ``plain`` (no strategy), ``ddp``, ``zero2``, ``zero3`` (the CPU DeepSpeed subclass).
 STEPS: rollouts per epoch. Every rollout takes ``GLOBAL_PROMPTS`` prompts in all, split evenly

@@ -1,17 +1,23 @@
 """A non-finite loss on ONE rank skips the optimizer step on BOTH (2 CPU processes): under DDP
 by OptimizerStep's collective decision, under DeepSpeed ZeRO-2 by DeepSpeed's own overflow
 check inside its step (read back through ``engine.was_step_applied()``); the weights stay
-identical across ranks and the run goes on (``pytest -m distributed``)."""
+identical across ranks and the run goes on (``pytest -m distributed``). SIGTERM to one rank of a
+``lit-rlhf fit`` DDP run stops both with one resumable checkpoint."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from lit_rlhf.training.faults import SKIPPED_STEPS_KEY
-from tests.distributed.launch import run_python
+from tests.distributed.launch import REPO, run_python
 
 pytestmark = pytest.mark.distributed
 
@@ -34,3 +40,64 @@ def test_one_ranks_nan_skips_the_step_on_both_ranks(mode: str, tmp_path: Path) -
         not torch.equal(v, ranks[0][1]["weights"][k]) for k, v in ranks[0][2]["weights"].items()
     ]
     assert any(changed)  # step 2 trained on
+
+
+def _children(pid: int) -> list[int]:
+    """The PIDs of ``pid``'s direct children (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_sigterm_to_one_rank_stops_both_with_one_checkpoint(tmp_path: Path) -> None:
+    """``lit-rlhf fit`` on 2 DDP processes; SIGTERM reaches only rank 0 (the launcher's process).
+    The ranks agree at the end of the batch, save one interrupted.ckpt, both exit with 143, and
+    the checkpoint resumes on 2 processes."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    args = [sys.executable, "-m", "lit_rlhf.cli", "fit",
+            "--config", "configs/ppo/countdown_tiny.yaml", "--config", "configs/trainer/ddp.yaml",
+            f"--trainer.default_root_dir={tmp_path}",
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+            "--trainer.limit_train_batches=8", "--trainer.limit_val_batches=0",
+            "--trainer.logger.init_args.flush_logs_every_n_steps=1"]  # fmt: skip
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 180
+    while not list(tmp_path.glob("**/metrics.csv")) and proc.poll() is None:  # a step logged
+        assert time.monotonic() < deadline, "no training step within 180 s"
+        time.sleep(0.2)
+    ranks = _children(proc.pid)
+    assert ranks, "rank 1 was not started as a child of the launcher"
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=180)[0].decode()
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    for pid in ranks:  # rank 1 stopped too (it got no signal: it followed the agreement)
+        for _ in range(100):
+            if not Path(f"/proc/{pid}").exists() or "Z" in _state(pid):
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"rank process {pid} was still running 10 s after rank 0 exited")
+    (path,) = tmp_path.glob("**/checkpoints/interrupted.ckpt")
+    step = torch.load(path, weights_only=True)["global_step"]
+    assert 1 <= step < 8 and "saved a resumable checkpoint" in output
+    resumed = subprocess.run(
+        [*args, f"--trainer.max_steps={step + 1}", f"--ckpt_path={path}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

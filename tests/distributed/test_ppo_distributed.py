@@ -83,7 +83,16 @@ def test_zero2_save_and_resume_continue_like_one_uninterrupted_process(single_pr
 
     # the folder of another policy size is refused before any optimizer state is read
     out = tmp_path / "other.json"
-    args = ("zero2", "2", str(STEPS), str(out), "--resume", str(ckpt), "--model", "builtin:small-llama")
+    args = (
+        "zero2",
+        "2",
+        str(STEPS),
+        str(out),
+        "--resume",
+        str(ckpt),
+        "--model",
+        "builtin:small-llama",
+    )
     printed = run_python("-m", "tests.distributed.run_ppo", *args, expect_failure=True)
     assert "are not this module's networks (model: checkpoint " in printed
     assert "tiny-llama" in printed and "small-llama" in printed and "of another shape" in printed

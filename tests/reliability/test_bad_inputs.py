@@ -207,6 +207,17 @@ def test_resume_with_changed_settings_says_the_checkpoints_win(tmp_path, monkeyp
     assert cli.model.hparams.lr == 0.5
 
 
+@pytest.mark.parametrize(("flags", "expected"), [([], True), (["--weights_only=false"], False)])
+def test_ckpt_path_is_loaded_weights_only_unless_the_user_says_otherwise(
+    tmp_path, monkeypatch, flags, expected
+):
+    """The Trainer's load of --ckpt_path unpickles tensors and plain types only (no code)."""
+    monkeypatch.setattr(LitRLHFCLI, "_run_subcommand", lambda self, subcommand: None)
+    ckpt = _fake_checkpoint(tmp_path / "run.ckpt", {"model": "builtin:tiny-llama"})
+    cli = cli_main(["fit", "--config", TINY, f"--ckpt_path={ckpt}", *flags])
+    assert cli.config_init["fit"]["weights_only"] is expected
+
+
 def _built(cls: Any, **kwargs: Any) -> Any:
     module = cls(**kwargs)
     module.configure_model()
@@ -225,6 +236,22 @@ def test_ppo_checkpoint_of_another_model_names_both():
     ):
         other.on_load_checkpoint(checkpoint)
     saved.on_load_checkpoint(checkpoint)  # its own checkpoint loads
+
+
+def test_compressor_checkpoint_of_another_memory_size_names_both():
+    saved = _built(CompressorDecoderModule, num_memory_tokens=4)
+    checkpoint = {"hyper_parameters": dict(saved.hparams)}
+    checkpoint["state_dict"] = saved.state_dict()
+    saved.on_save_checkpoint(checkpoint)  # the frozen decoder is left out, as in a real file
+    assert not any(k.startswith("decoder.") for k in checkpoint["state_dict"])
+    other = _built(CompressorDecoderModule, num_memory_tokens=8)
+    with pytest.raises(
+        ValueError,
+        match=r"not this module's networks \(num_memory_tokens: checkpoint 4, this module 8\)"
+        r".*of another shape",
+    ):
+        other.on_load_checkpoint(checkpoint)
+    saved.on_load_checkpoint(checkpoint)  # its own checkpoint loads (decoder rebuilt)
 
 
 def test_reward_model_checkpoint_of_another_model_names_both():

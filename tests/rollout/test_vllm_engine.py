@@ -131,6 +131,25 @@ def test_sampled_log_probs_are_tempered_and_untruncated(engine, policy, tokenize
     assert max_diff(out.log_probs, ref, out.response_mask) < LOGPROB_TOL
 
 
+def test_sampling_follows_torchs_generator_so_a_resume_samples_the_same(
+    engine, policy, tokenizer, batch
+):
+    """Each sampled request's seed comes from torch's global generator (in every checkpoint):
+    the same generator state gives the same responses, whatever vLLM's engine generator did in
+    between; the next draw gives other responses."""
+
+    def sample():
+        return engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer)
+
+    torch.manual_seed(123)
+    first, second = sample(), sample()
+    torch.manual_seed(123)
+    again = sample()
+    assert torch.equal(first.response_ids, again.response_ids)
+    torch.testing.assert_close(first.log_probs, again.log_probs, rtol=0, atol=0)
+    assert not torch.equal(first.response_ids, second.response_ids)
+
+
 def optimizer_step(policy, batch):
     """One AdamW step on the prompts' language-model loss: every tensor moves."""
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-2)
