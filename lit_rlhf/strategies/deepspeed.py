@@ -48,13 +48,14 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
     Args:
         exclude_frozen_parameters: leave parameters with ``requires_grad=False`` out of the
             checkpoint folders (default True; they are rebuilt from their source on load).
-        *args, **kwargs: Lightning's ``DeepSpeedStrategy`` arguments (``stage``, ``config``,
+        **kwargs: Lightning's ``DeepSpeedStrategy`` arguments, by name (``stage``, ``config``,
             offload settings, ...).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("exclude_frozen_parameters", True)
-        super().__init__(*args, **kwargs)
+    def __init__(self, *, exclude_frozen_parameters: bool = True, **kwargs: Any) -> None:
+        # a named parameter, not a changed default in **kwargs: LightningCLI fills every
+        # parameter it sees, and it would pass Lightning's default (False) explicitly
+        super().__init__(exclude_frozen_parameters=exclude_frozen_parameters, **kwargs)
 
     @override
     def save_checkpoint(

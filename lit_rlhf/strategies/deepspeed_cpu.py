@@ -45,14 +45,14 @@ class CPUDeepSpeedStrategy(DeepSpeedStrategy):
         build_shm_op: let DeepSpeed compile its shared-memory collective op with g++ on first use
             (about 25 s per fresh environment; it only speeds up CPU all-reduce). Off by default:
             gloo's own collectives serve.
-        *args, **kwargs: :class:`~lightning.pytorch.strategies.DeepSpeedStrategy`'s (``stage``,
+        **kwargs: :class:`~lit_rlhf.strategies.DeepSpeedStrategy`'s, by name (``stage``,
             ``config``, offload settings, ...).
     """
 
     strategy_name = "deepspeed_cpu"
 
-    def __init__(self, *args: Any, build_shm_op: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, *, build_shm_op: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.build_shm_op = build_shm_op
 
     @property

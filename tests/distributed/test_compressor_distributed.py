@@ -46,14 +46,14 @@ ONE_STEP_THEN_VALIDATE = (
 PROBE_KINDS = ("overwrite", "role", "negation", "order")
 
 
-def fit_tiny(fragment: str, root: Path) -> dict[str, float]:
+def fit_tiny(fragment: str, root: Path, *more: str) -> dict[str, float]:
     """Run the tiny config under ``fragment``; returns the logged values (train and val rows)."""
     extra: list[str] = []
     if fragment == "cpu_deepspeed_zero3":
         (root / "partition_all.yaml").write_text(ZERO3_PARTITION_ALL)
         extra = ["--config", str(root / "partition_all.yaml")]
     output = fit_with_fragment(
-        fragment, root, *extra, *ONE_STEP_THEN_VALIDATE,
+        fragment, root, *extra, *ONE_STEP_THEN_VALIDATE, *more,
         f"--trainer.logger.init_args.save_dir={root}", config="configs/compressor/tiny.yaml",
     )  # fmt: skip
     assert "MEMBER: 2/2" in output
@@ -86,7 +86,18 @@ def test_ddp_logs_every_diagnostic(ddp_metrics: dict[str, float]) -> None:
 def test_deepspeed_trains_and_validates_like_ddp(
     fragment: str, ddp_metrics: dict[str, float], tmp_path: Path
 ) -> None:
-    logged = fit_tiny(fragment, tmp_path)
+    checkpoint = (
+        "--trainer.enable_checkpointing=true",
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.every_n_train_steps=1",
+        f"--trainer.callbacks.dirpath={tmp_path / 'ckpt'}",
+    )
+    logged = fit_tiny(fragment, tmp_path, *checkpoint)
+    # the DeepSpeed folder holds the compressor's weights, not the frozen decoder's
+    (states, *_) = sorted(tmp_path.glob("ckpt/*.ckpt/checkpoint/*model_states.pt"))
+    keys = list(torch.load(states, map_location="cpu", weights_only=False)["module"])
+    assert any(k.startswith("compressor.") for k in keys)
+    assert not [k for k in keys if k.startswith("decoder.")]
     assert logged.keys() >= {k for k in ddp_metrics if k.startswith(("train/", "val/"))}
     # the first step's loss (same start, same data) and the validation after the same step
     compared = ("train/loss", "val/ae_loss", "val/lm_loss", "val/memory_gain", "val/effective_rank",

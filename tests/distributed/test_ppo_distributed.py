@@ -63,16 +63,17 @@ def test_zero3_two_processes_match_one(single_process, tmp_path):
     assert run["strategy"] == "CPUDeepSpeedStrategy" and run["world_size"] == 2
 
 
-def test_zero2_save_and_resume_continue_like_one_uninterrupted_process(single_process, tmp_path):
+@pytest.mark.parametrize("kind", ["zero2", "zero3"])
+def test_save_and_resume_continue_like_one_uninterrupted_process(single_process, tmp_path, kind):
     ckpt = tmp_path / "epoch0.ckpt"
-    first = run_ppo(tmp_path, "first", "zero2", 2, "--epochs", "1", "--save-checkpoint", str(ckpt))
+    first = run_ppo(tmp_path, "first", kind, 2, "--epochs", "1", "--save-checkpoint", str(ckpt))
     assert ckpt.is_dir()  # DeepSpeed's sharded checkpoint folder
     assert_only_trained_weights_saved(ckpt)
     assert (first["global_step"], first["rollout_step"], first["tre_steps"]) == (4, 2, 4)
     assert_weights_close(first["weights"]("epoch0"), single_process["weights"]("epoch0"))
 
     flags = ("--epochs", str(EPOCHS), "--resume", str(ckpt))
-    resumed = run_ppo(tmp_path, "resumed", "zero2", 2, *flags)
+    resumed = run_ppo(tmp_path, "resumed", kind, 2, *flags)
     # weights come back exactly; the optimizer step, rollout and TRE schedule counters continue
     assert_weights_close(resumed["weights"]("init"), first["weights"]("epoch0"), atol=0.0)
     assert (resumed["global_step"], resumed["rollout_step"], resumed["tre_steps"]) == (8, 4, 8)
@@ -81,10 +82,12 @@ def test_zero2_save_and_resume_continue_like_one_uninterrupted_process(single_pr
     assert_weights_close(resumed["weights"](last), single_process["weights"](last))
     assert resumed["grad_norms"] == pytest.approx(single_process["grad_norms"][STEPS:], rel=1e-4)
 
+    if kind == "zero3":
+        return  # partitioned tensors have no shape to compare: DeepSpeed's own error there
     # the folder of another policy size is refused before any optimizer state is read
     out = tmp_path / "other.json"
     args = (
-        "zero2",
+        kind,
         "2",
         str(STEPS),
         str(out),
