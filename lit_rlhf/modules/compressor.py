@@ -301,13 +301,13 @@ class CompressorDecoderModule(LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.frozen.drop(checkpoint)
-        checkpoint["lit_rlhf_optimizer_step"] = self.step_optimizer.state_dict()  # skip counts
+        self.step_optimizer.save_to(checkpoint)  # skip counts
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.frozen.restore(self, checkpoint)
         # another compressor, decoder width, memory size or LoRA: an error naming both
         check_checkpoint_weights(self, checkpoint, settings=_NETWORK_SETTINGS)
-        self.step_optimizer.load_state_dict(checkpoint.get("lit_rlhf_optimizer_step", {}))
+        self.step_optimizer.load_from(checkpoint)
 
 
 _NETWORK_SETTINGS = (

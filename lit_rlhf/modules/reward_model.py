@@ -192,11 +192,11 @@ class RewardModelModule(LightningModule):
         return [GlobalRNGState(), EpochEndLoaderReset()]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["lit_rlhf_optimizer_step"] = self.step_optimizer.state_dict()  # skip counts
+        self.step_optimizer.save_to(checkpoint)  # skip counts
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_checkpoint_weights(self, checkpoint, settings=("model",))  # another base model
-        self.step_optimizer.load_state_dict(checkpoint.get("lit_rlhf_optimizer_step", {}))
+        self.step_optimizer.load_from(checkpoint)
 
     def on_fit_end(self) -> None:
         if self.hp.export_dir is None or getattr(

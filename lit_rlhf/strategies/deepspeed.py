@@ -66,11 +66,7 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
             return super().save_checkpoint(checkpoint, filepath, storage_options)
         # DeepSpeed drops frozen parameters by their first name only, so a tied alias (a frozen
         # model's lm_head.weight = its embedding) would stay: drop every name of each.
-        frozen = [
-            n
-            for n, p in engine.module.named_parameters(remove_duplicate=False)
-            if not p.requires_grad
-        ]
+        frozen = _frozen_names(engine.module)
         original = engine.module_state_dict
 
         def trained_state_dict(*args: Any, **kwargs: Any) -> dict:
@@ -119,6 +115,11 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
         return client_state
 
 
+def _frozen_names(module: nn.Module) -> set[str]:
+    """Every name of every frozen parameter, tied aliases included."""
+    return {n for n, p in module.named_parameters(remove_duplicate=False) if not p.requires_grad}
+
+
 class _Refused(Exception):
     def __init__(self, mismatch: WeightMismatch) -> None:
         super().__init__(str(mismatch))
@@ -132,8 +133,7 @@ def _load_module_weights(src: Mapping[str, Tensor], dst: nn.Module, strict: bool
     from lit_rlhf.training.checkpoint_weights import WeightMismatch
 
     own = dst.state_dict()
-    frozen = {n for n, p in dst.named_parameters(remove_duplicate=False) if not p.requires_grad}
-    mismatch = WeightMismatch.between(own, src, allowed_missing=frozen)
+    mismatch = WeightMismatch.between(own, src, allowed_missing=_frozen_names(dst))
     if mismatch and strict:
         raise _Refused(mismatch)
     fits = {k: v for k, v in src.items() if k in own and k not in mismatch.reshaped}

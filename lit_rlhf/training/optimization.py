@@ -50,6 +50,9 @@ from lit_rlhf.training.task_backward import task_backward
 MicroBatch = TypeVar("MicroBatch")
 
 
+CHECKPOINT_KEY = "lit_rlhf_optimizer_step"  # where save_to / load_from keep the skip counters
+
+
 class OptimizerStep:
     """Backward over micro-batches, gradient hooks, clipping and the step.
 
@@ -175,3 +178,12 @@ class OptimizerStep:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.skips.load_state_dict(state)
+
+    def save_to(self, checkpoint: dict[str, Any]) -> None:
+        """``on_save_checkpoint`` of a module that keeps no other lit-rlhf state: the counters
+        under their own top-level key."""
+        checkpoint[CHECKPOINT_KEY] = self.state_dict()
+
+    def load_from(self, checkpoint: dict[str, Any]) -> None:
+        """The reverse of :meth:`save_to` (a checkpoint without the key: counters at 0)."""
+        self.load_state_dict(checkpoint.get(CHECKPOINT_KEY, {}))

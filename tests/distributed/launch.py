@@ -7,11 +7,15 @@ re-runs the current command line once per extra process.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,3 +62,43 @@ def fit_with_fragment(
         f"--trainer.default_root_dir={root}",
         *overrides,
     )
+
+
+def fit_and_sigterm(
+    args: list[str], root: Path, *, timeout: float, before_signal: Any = None
+) -> str:
+    """Start ``args`` (a ``lit-rlhf fit`` logging a CSV under ``root``), send it SIGTERM once a
+    training step is logged (after ``before_signal(pid)``), assert the exit code 143; returns
+    its output."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + timeout
+    while not list(root.glob("**/metrics.csv")) and proc.poll() is None:  # a step logged
+        assert time.monotonic() < deadline, f"no training step within {timeout:.0f} s"
+        time.sleep(0.2)
+    if before_signal is not None:
+        before_signal(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=timeout)[0].decode()
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    return output
+
+
+def interrupted_step(root: Path) -> tuple[Path, int]:
+    """The one ``interrupted.ckpt`` under ``root`` and the optimizer step it was saved at."""
+    (path,) = root.glob("**/checkpoints/interrupted.ckpt")
+    return path, int(torch.load(path, weights_only=True)["global_step"])
+
+
+def resume_one_more_step(args: list[str], path: Path, step: int, *, timeout: float) -> str:
+    """Run ``args`` from checkpoint ``path`` (saved at ``step``) for one more step; asserts a
+    clean exit and returns the output."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    resumed = subprocess.run(
+        [*args, f"--trainer.max_steps={step + 1}", f"--ckpt_path={path}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    return resumed.stdout + resumed.stderr

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,12 @@ import pytest
 import torch
 
 from lit_rlhf.training.faults import SKIPPED_STEPS_KEY
-from tests.distributed.launch import REPO, run_python
+from tests.distributed.launch import (
+    fit_and_sigterm,
+    interrupted_step,
+    resume_one_more_step,
+    run_python,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -59,25 +63,19 @@ def test_sigterm_to_one_rank_stops_both_with_one_checkpoint(tmp_path: Path) -> N
     """``lit-rlhf fit`` on 2 DDP processes; SIGTERM reaches only rank 0 (the launcher's process).
     The ranks agree at the end of the batch, save one interrupted.ckpt, both exit with 143, and
     the checkpoint resumes on 2 processes."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     args = [sys.executable, "-m", "lit_rlhf.cli", "fit",
             "--config", "configs/ppo/countdown_tiny.yaml", "--config", "configs/trainer/ddp.yaml",
             f"--trainer.default_root_dir={tmp_path}",
             f"--trainer.logger.init_args.save_dir={tmp_path}",
             "--trainer.limit_train_batches=8", "--trainer.limit_val_batches=0",
             "--trainer.logger.init_args.flush_logs_every_n_steps=1"]  # fmt: skip
-    proc = subprocess.Popen(
-        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    deadline = time.monotonic() + 180
-    while not list(tmp_path.glob("**/metrics.csv")) and proc.poll() is None:  # a step logged
-        assert time.monotonic() < deadline, "no training step within 180 s"
-        time.sleep(0.2)
-    ranks = _children(proc.pid)
-    assert ranks, "rank 1 was not started as a child of the launcher"
-    proc.send_signal(signal.SIGTERM)
-    output = proc.communicate(timeout=180)[0].decode()
-    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    ranks: list[int] = []
+
+    def find_ranks(pid: int) -> None:
+        ranks.extend(_children(pid))
+        assert ranks, "rank 1 was not started as a child of the launcher"
+
+    output = fit_and_sigterm(args, tmp_path, timeout=180, before_signal=find_ranks)
     for pid in ranks:  # rank 1 stopped too (it got no signal: it followed the agreement)
         for _ in range(100):
             if not Path(f"/proc/{pid}").exists() or "Z" in _state(pid):
@@ -86,14 +84,9 @@ def test_sigterm_to_one_rank_stops_both_with_one_checkpoint(tmp_path: Path) -> N
         else:
             os.kill(pid, signal.SIGKILL)
             pytest.fail(f"rank process {pid} was still running 10 s after rank 0 exited")
-    (path,) = tmp_path.glob("**/checkpoints/interrupted.ckpt")
-    step = torch.load(path, weights_only=True)["global_step"]
+    path, step = interrupted_step(tmp_path)
     assert 1 <= step < 8 and "saved a resumable checkpoint" in output
-    resumed = subprocess.run(
-        [*args, f"--trainer.max_steps={step + 1}", f"--ckpt_path={path}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    resume_one_more_step(args, path, step, timeout=240)
 
 
 def _state(pid: int) -> str:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from lit_rlhf.rewards import DigitFractionReward
 from lit_rlhf.rollout import HFGenerationEngine
 from lit_rlhf.training import NonFiniteSkips, OptimizerStep
 from lit_rlhf.training.faults import SKIPPED_STEPS_KEY, CheckpointOnInterrupt
-from tests.distributed.launch import REPO
+from tests.distributed.launch import fit_and_sigterm, interrupted_step, resume_one_more_step
 from tests.helpers import prompt_loader, quiet_trainer
 
 NAN = float("nan")
@@ -219,23 +217,8 @@ def test_lit_rlhf_fit_on_sigterm_saves_a_checkpoint_that_resumes(tmp_path: Path)
             "--config", "configs/ppo/countdown_tiny.yaml", *root,
             "--trainer.limit_train_batches=16", "--trainer.limit_val_batches=0",
             "--trainer.logger.init_args.flush_logs_every_n_steps=1"]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen(
-        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("**/metrics.csv")) and proc.poll() is None:  # a step logged
-        assert time.monotonic() < deadline, "no training step within 120 s"
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    output = proc.communicate(timeout=120)[0].decode()
-    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
-    (path,) = tmp_path.glob("**/checkpoints/interrupted.ckpt")
-    step = torch.load(path, weights_only=True)["global_step"]
+    output = fit_and_sigterm(args, tmp_path, timeout=120)
+    path, step = interrupted_step(tmp_path)
     assert 1 <= step < 16 and "Resume with: lit-rlhf fit" in output
-    resumed = subprocess.run(
-        [*args, f"--trainer.max_steps={step + 1}", f"--ckpt_path={path}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
-    assert f"`max_steps={step + 1}` reached" in resumed.stdout + resumed.stderr
+    resumed = resume_one_more_step(args, path, step, timeout=180)
+    assert f"`max_steps={step + 1}` reached" in resumed
