@@ -33,6 +33,10 @@ class ModularGradientSurgery(Callback):
             and MLP of each layer, the paper's description), ``layer`` or ``global`` (PCGrad).
         seed: seeds the random task orders; the generator of a step is seeded by (seed, global
             step), so every rank draws the same orders and a resumed run the same as before.
+        module_map: at ``module`` granularity, the kind (``attention``, ``mlp``, ``tensor``)
+            of decoder-block submodules the built-in names do not know, by exact name (e.g.
+            ``{dense: mlp}``). A parameter that is still unknown is refused when fit starts
+            (before the first rollout), naming it and this fix.
 
     Logged per step (under ``ModularGradientSurgery/``): ``cosine_mean`` and ``cosine_min`` of
     the original domain gradients over all groups and domain pairs, ``conflict_fraction`` (the
@@ -40,14 +44,26 @@ class ModularGradientSurgery(Callback):
     ``domains`` (domains in the step).
     """
 
-    def __init__(self, granularity: Granularity = "module", seed: int = 0) -> None:
+    def __init__(
+        self,
+        granularity: Granularity = "module",
+        seed: int = 0,
+        module_map: dict[str, str] | None = None,
+    ) -> None:
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
-        self.granularity, self.seed = granularity, seed
+        group_parameters([], granularity, module_map)  # validates module_map now
+        self.granularity, self.seed, self.module_map = granularity, seed, dict(module_map or {})
         self._groups: dict[str, list[str]] | None = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         check_task_backward_supported(trainer.strategy, type(self).__name__)
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        """Group the trainable parameters now, so an unknown parameter name fails before the
+        first rollout rather than at the first optimizer step."""
+        names = [n for n, p in pl_module.named_parameters() if p.requires_grad]
+        self._groups = group_parameters(names, self.granularity, self.module_map)
 
     def combine_task_gradients(
         self, trainer: Any, pl_module: Any, grads_by_task: Mapping[str, Mapping[str, Tensor]]
@@ -55,7 +71,7 @@ class ModularGradientSurgery(Callback):
         """The surgery's gradient per parameter name and the step's diagnostics."""
         names = list(next(iter(grads_by_task.values())))
         if self._groups is None or sum(len(v) for v in self._groups.values()) != len(names):
-            self._groups = group_parameters(names, self.granularity)
+            self._groups = group_parameters(names, self.granularity, self.module_map)
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + trainer.global_step)
         combined, stats = surgery(grads_by_task, self._groups, generator=generator)
         cosines = [c for s in stats.values() for c in s.cosine.values()]

@@ -16,9 +16,16 @@ Decisions the paper leaves open:
 - the task order is drawn from the given ``torch.Generator`` (one permutation of the tasks for the
   outer loop, one per task for its inner loop), so a seeded run is reproducible on every rank;
 - a tensor belongs to a decoder block when its name has a numeric component (``model.layers.3``);
-  within a block, the submodule's name decides: ``attn``/``attention`` is attention,
-  ``mlp``/``feed_forward``/``ffn`` the MLP, and anything else, norms included
-  (``post_attention_layernorm``), is a group of its own at ``module`` granularity.
+  within a block, the submodule's name decides at ``module`` granularity (:data:`MODULE_KINDS`):
+  attention (``self_attn``, ``attn``, ``attention``, ``self_attention``), the MLP (``mlp``,
+  ``feed_forward``, ``ffn``, ``fc1``/``fc2`` as in OPT, ``fc_in``/``fc_out``, ``experts``,
+  ``block_sparse_moe``) or a norm (``*norm*``, ``ln_1``, ``ln_2``: a group of its own); a tensor
+  held by the numbered module itself (``net.0.weight``) groups with its siblings. This covers
+  Llama / Qwen / Mistral / Gemma / Mixtral, GPT-2, GPT-J, OPT, GPT-NeoX, Phi, Falcon and Bloom;
+- outside the blocks, embeddings, heads and final norms (:data:`TOP_LEVEL`) are groups of their
+  own; any other name is REFUSED at ``module`` granularity, naming the parameter and the fix
+  (``granularity: tensor``, or ``module_map`` saying which kind its submodule is), rather than
+  silently made a per-tensor group.
 """
 
 from __future__ import annotations
@@ -36,7 +43,17 @@ GRANULARITIES = ("tensor", "module", "layer", "global")
 _EPS = 1e-12
 _BLOCK = re.compile(r"^(.*?\.\d+)\.")  # the path up to the first numeric component
 _ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
-_MLP = re.compile(r"mlp|feed_forward|ffn", re.IGNORECASE)
+_MLP = re.compile(r"mlp|feed_forward|ffn|^fc\d*$|^fc_(in|out)$|experts|moe", re.IGNORECASE)
+_NORM = re.compile(r"norm|^ln(_|$)", re.IGNORECASE)
+MODULE_KINDS = ("attention", "mlp", "tensor")
+"""What a block's submodule can be mapped to (``module_map``): its attention or MLP group, or a
+group per tensor (norms are ``tensor``)."""
+TOP_LEVEL = re.compile(
+    r"embed|wte|wpe|word_embeddings|head|norm|^ln(_|$)|score|^value|project_(in|out)",
+    re.IGNORECASE,
+)
+"""Names of the modules outside the decoder blocks that ``module`` granularity knows (each
+tensor a group of its own): embeddings, LM / value / score heads, final norms."""
 
 
 @dataclass
@@ -121,38 +138,92 @@ def _pair_stats(names: list[str], flat: Tensor, norms_sq: Tensor) -> SurgeryStat
     return stats
 
 
-def group_parameters(names: Iterable[str], granularity: Granularity) -> dict[str, list[str]]:
+def group_parameters(
+    names: Iterable[str],
+    granularity: Granularity,
+    module_map: Mapping[str, str] | None = None,
+) -> dict[str, list[str]]:
     """Parameter names grouped for surgery, in their given order within each group.
 
     Args:
         names: parameter names (``model.named_parameters()``'s, or just the names).
         granularity: ``tensor`` | ``module`` | ``layer`` | ``global``.
+        module_map: at ``module`` granularity, the kind (``attention``, ``mlp`` or ``tensor``)
+            of block submodules the built-in names do not cover, by their exact name (e.g.
+            ``{"dense": "mlp"}``); it takes precedence over the built-in names.
+
+    Raises:
+        ValueError: at ``module`` granularity, for a parameter whose place in the model is not
+            known (the message names it and the fix).
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    mapping = dict(module_map or {})
+    bad = {k: v for k, v in mapping.items() if v not in MODULE_KINDS}
+    if bad:
+        raise ValueError(f"module_map values must be one of {MODULE_KINDS}, got {bad}")
     groups: dict[str, list[str]] = {}
     for item in names:
         name = item[0] if isinstance(item, tuple) else item
-        groups.setdefault(_group_key(name, granularity), []).append(name)
+        groups.setdefault(_group_key(name, granularity, mapping), []).append(name)
     return groups
 
 
-def _group_key(name: str, granularity: str) -> str:
+def _group_key(name: str, granularity: str, mapping: Mapping[str, str]) -> str:
     if granularity == "global":
         return "global"
     block = _BLOCK.match(name)
-    if granularity == "tensor" or block is None:
+    if granularity == "tensor":
+        return name
+    if block is None:
+        if granularity == "module" and not _top_level_known(name):
+            raise _unknown(name, None, None)
         return name
     if granularity == "layer":
         return block.group(1)
-    child = name[block.end() :].split(".")[0]  # the block's submodule: self_attn, mlp, a norm
-    if "norm" in child.lower():
-        return name
+    rest = name[block.end() :].split(".")
+    if len(rest) == 1:  # a tensor of the numbered module itself (nn.Sequential's net.0.weight)
+        return block.group(1)
+    kind = _kind(rest[0], mapping)
+    if kind is None:
+        raise _unknown(name, block.group(1), rest[0])
+    return name if kind == "tensor" else f"{block.group(1)}.{kind}"
+
+
+def _kind(child: str, mapping: Mapping[str, str]) -> str | None:
+    """The group kind of a block's submodule: attention, mlp, tensor (norms), None (unknown)."""
+    if child in mapping:
+        return mapping[child]
+    if _NORM.search(child):
+        return "tensor"
     if _ATTENTION.search(child):
-        return f"{block.group(1)}.attention"
+        return "attention"
     if _MLP.search(child):
-        return f"{block.group(1)}.mlp"
-    return name
+        return "mlp"
+    return None
+
+
+def _top_level_known(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) == 1 or any(TOP_LEVEL.search(part) for part in parts[:-1])
+
+
+def _unknown(name: str, block: str | None, child: str | None) -> ValueError:
+    where = (
+        f"its submodule {child!r} of block {block!r} is neither attention (attn, attention), an "
+        "MLP (mlp, feed_forward, ffn, fc1/fc2, fc_in/fc_out, experts) nor a norm"
+        if block is not None
+        else "it is outside the numbered decoder blocks and is no embedding, head or final norm"
+    )
+    fix = (
+        f"module_map: {{{child}: attention}} (or mlp, or tensor for a group per tensor)"
+        if child is not None
+        else "granularity: layer"
+    )
+    return ValueError(
+        f"granularity 'module' does not know the parameter {name!r}: {where}. Fix: "
+        f"granularity: tensor (a group per tensor, the MGS authors' code), or {fix}."
+    )
 
 
 def surgery(

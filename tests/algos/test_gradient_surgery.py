@@ -131,3 +131,88 @@ def test_bad_inputs() -> None:
         project_conflicting({})
     with pytest.raises(ValueError, match="share a shape"):
         project_conflicting({"a": torch.zeros(2), "b": torch.zeros(3)})
+
+
+def _tiny(family: str) -> list[str]:
+    """Parameter names of a tiny model of ``family``, built from its config (offline)."""
+    import transformers as tf
+
+    common = {"vocab_size": 16}
+    build = {
+        "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=8, n_head=2,
+                                                         n_positions=8, **common)),
+        "opt": lambda: tf.OPTForCausalLM(tf.OPTConfig(
+            num_hidden_layers=2, hidden_size=8, num_attention_heads=2, ffn_dim=16,
+            max_position_embeddings=8, word_embed_proj_dim=8, **common)),
+        "gpt_neox": lambda: tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(
+            num_hidden_layers=2, hidden_size=8, num_attention_heads=2, intermediate_size=16,
+            **common)),
+        "phi": lambda: tf.PhiForCausalLM(tf.PhiConfig(
+            num_hidden_layers=2, hidden_size=8, num_attention_heads=2, intermediate_size=16,
+            **common)),
+        "gptj": lambda: tf.GPTJForCausalLM(tf.GPTJConfig(n_layer=2, n_embd=8, n_head=2,
+                                                         rotary_dim=2, **common)),
+        "falcon": lambda: tf.FalconForCausalLM(tf.FalconConfig(
+            num_hidden_layers=2, hidden_size=8, num_attention_heads=2, **common)),
+        "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(
+            num_hidden_layers=2, hidden_size=8, num_attention_heads=2, num_key_value_heads=2,
+            intermediate_size=16, **common)),
+    }  # fmt: skip
+    return [n for n, _ in build[family]().named_parameters()]
+
+
+def test_module_groups_of_an_opt_model_put_fc1_and_fc2_in_the_mlp() -> None:
+    names = _tiny("opt")
+    groups = group_parameters(names, "module")
+    layer = "model.decoder.layers.1"
+    assert groups[f"{layer}.mlp"] == [f"{layer}.{m}.{p}" for m in ("fc1", "fc2")
+                                      for p in ("weight", "bias")]  # fmt: skip
+    assert sorted({n.split(".")[-2] for n in groups[f"{layer}.attention"]}) == [
+        "k_proj", "out_proj", "q_proj", "v_proj"]  # fmt: skip
+    # the two per-layer norms and the top-level tensors are groups of their own
+    for norm in ("self_attn_layer_norm", "final_layer_norm"):
+        assert groups[f"{layer}.{norm}.weight"] == [f"{layer}.{norm}.weight"]
+    assert groups["model.decoder.embed_tokens.weight"] == ["model.decoder.embed_tokens.weight"]
+    # per layer: attention + mlp + 2 norms x (weight, bias); top level: 2 embeddings + final norm
+    assert len(groups) == 2 * (2 + 4) + 2 + 2
+
+
+def test_module_groups_of_a_gpt2_model() -> None:
+    groups = group_parameters(_tiny("gpt2"), "module")
+    assert groups["transformer.h.0.attention"] == [
+        f"transformer.h.0.attn.{m}.{p}" for m in ("c_attn", "c_proj") for p in ("weight", "bias")
+    ]
+    assert groups["transformer.h.0.mlp"] == [
+        f"transformer.h.0.mlp.{m}.{p}" for m in ("c_fc", "c_proj") for p in ("weight", "bias")
+    ]
+    assert groups["transformer.h.0.ln_2.bias"] == ["transformer.h.0.ln_2.bias"]
+    assert groups["transformer.wpe.weight"] == ["transformer.wpe.weight"]
+
+
+@pytest.mark.parametrize("family", ["gpt_neox", "phi", "gptj", "falcon", "qwen2"])
+def test_module_groups_of_other_families_have_one_attention_and_one_mlp_per_layer(
+    family: str,
+) -> None:
+    names = _tiny(family)
+    groups = group_parameters(names, "module")
+    for kind in ("attention", "mlp"):
+        assert len([g for g in groups if g.endswith(f".{kind}")]) == 2, (family, kind)
+    assert sum(len(v) for v in groups.values()) == len(names)
+
+
+def test_an_unknown_parameter_name_is_refused_with_the_fix() -> None:
+    names = [*_tiny("qwen2"), "model.layers.0.router.weight"]
+    with pytest.raises(
+        ValueError,
+        match=r"'model\.layers\.0\.router\.weight'.*submodule "
+        r"'router'.*Fix: granularity: tensor.*module_map: \{router: attention\}",
+    ):
+        group_parameters(names, "module")
+    with pytest.raises(ValueError, match=r"'adapter\.bias'.*outside the numbered"):
+        group_parameters(["adapter.bias"], "module")
+    # tensor / layer granularity need no such knowledge; a module_map settles the name
+    assert len(group_parameters(names, "tensor")) == len(names)
+    mapped = group_parameters(names, "module", module_map={"router": "mlp"})
+    assert "model.layers.0.router.weight" in mapped["model.layers.0.mlp"]
+    with pytest.raises(ValueError, match="module_map values must be one of"):
+        group_parameters(names, "module", module_map={"router": "moe"})

@@ -95,3 +95,20 @@ def test_a_resumed_run_projects_in_the_same_orders_as_an_uninterrupted_one(tmp_p
     step = [surgery(grads, groups, generator=torch.Generator().manual_seed(3 * 1_000_003 + s))[0]
             for s in range(4)]  # fmt: skip
     assert any(not torch.equal(step[0][n], step[s][n]) for s in range(1, 4) for n in grads["chat"])
+
+
+def test_an_unknown_parameter_is_refused_when_fit_starts_before_any_step() -> None:
+    class WithRouter(TaskModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(
+                [torch.nn.ModuleDict({"router": torch.nn.Linear(2, 2)})]
+            )
+
+    module = WithRouter()
+    with pytest.raises(ValueError, match=r"'blocks\.0\.router\.weight'.*Fix: granularity: tensor"):
+        _fit([ModularGradientSurgery(granularity="module")], module)
+    assert module.trainer.global_step == 0
+    mapped = ModularGradientSurgery(granularity="module", module_map={"router": "mlp"})
+    _fit([mapped], WithRouter())  # the same model trains once the submodule's kind is given
+    assert mapped._groups is not None and "blocks.0.mlp" in mapped._groups
