@@ -7,9 +7,14 @@ arXiv 2602.09789): generators of short contexts and scorers of what a reconstruc
   event order ("First ..., then ..."); the reconstruction keeps it, drifts (roles swapped,
   negation dropped or added, events swapped), or loses it.
 
-Scorers match whole words, case-insensitively, on the surface text; they are deliberately
-simple, so a paraphrase that renames the subject, verb or event nouns scores "lost".
-Items are plain JSON-serialisable dicts.
+Scorers judge meaning with deterministic rules (:mod:`lit_rlhf.data.probe_reading`): a value
+negated or contrasted away ("red, not white", "white rather than red") is not kept, the order
+of events is read from the connectives, not from the order of the clauses ("Before watering the
+plants, Mira fed the cat"), roles from active, passive and cleft sentences, polarity from
+negators, negative forms ("unlocked") and listed antonyms. They still find the probed words by
+whole-word matching, so a paraphrase that renames the subject, verb or event nouns scores
+"lost"; the rules' known limits are in docs/compressor.md. Items are plain JSON-serialisable
+dicts.
 """
 
 from __future__ import annotations
@@ -19,6 +24,15 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
+
+from lit_rlhf.data.probe_reading import (
+    event_order,
+    find_word,
+    is_negated,
+    polarity,
+    read_roles,
+    sentences,
+)
 
 ProbeKind = Literal["overwrite", "drift"]
 Outcome = Literal["kept", "overwritten", "drifted", "lost"]
@@ -106,15 +120,48 @@ _EVENTS = (
 )
 # fmt: on
 
-_NEGATION = re.compile(r"\b(?:not|never|no)\b|n['’]t\b", re.IGNORECASE)
+# the forms a reconstruction may use for each verb of the role items (past first)
+_VERB_FORMS = {
+    line.split()[0]: tuple(line.split())
+    for line in """\
+thanked thank thanks thanking
+hugged hug hugs hugging
+called call calls calling
+praised praise praises praising
+pushed push pushes pushing
+followed follow follows following
+blamed blame blames blaming
+visited visit visits visiting
+paid pay pays paying
+warned warn warns warning
+greeted greet greets greeting
+helped help helps helping
+interviewed interview interviews interviewing
+hired hire hires hiring
+taught teach teaches teaching
+chased chase chases chasing
+invited invite invites inviting
+forgave forgive forgives forgiving forgiven
+rescued rescue rescues rescuing
+ignored ignore ignores ignoring""".splitlines()
+}
+# words that state the opposite of a polarity predicate (a negative form "un-"/"in-"/"non-" is
+# recognised without a list)
+_ANTONYMS = {
+    "open": ["closed", "shut"],
+    "closed": ["open"],
+    "hot": ["cold"],
+    "late": ["early", "punctual"],
+    "busy": ["quiet", "empty"],
+    "crowded": ["empty", "deserted"],
+    "valid": ["expired"],
+    "broken": ["intact"],
+}
+_PRONOUN_START = re.compile(r"\s*(?:they|it|these|those)\b", re.IGNORECASE)
 
 
 def _has(text: str, word: str) -> bool:
-    return re.search(rf"\b{re.escape(word)}\b", text, re.IGNORECASE) is not None
-
-
-def _sentences(text: str) -> list[str]:
-    return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
+    return find_word(text, word) is not None
 
 
 def _embed(rng: random.Random, sentence: str, name: str, avoid: Sequence[str]) -> str:
@@ -189,64 +236,104 @@ def make_probes(kind: ProbeKind, n: int, *, seed: int) -> list[dict[str, Any]]:
     return [_drift_item(rng, kinds[i % 3], f"{kinds[i % 3]}-{seed}-{i}") for i in range(n)]
 
 
+def _subject_scope(text: str, subject: str) -> str:
+    """The sentences that name ``subject``, each with the sentences right after it that open
+    with a pronoun ("They are white."); the whole text when none names it."""
+    scoped: list[str] = []
+    follows = False
+    for sentence in sentences(text):
+        if find_word(sentence, subject) is not None:
+            scoped.append(sentence)
+            follows = True
+        elif follows and _PRONOUN_START.match(sentence):
+            scoped.append(sentence)
+        else:
+            follows = False
+    return " ".join(scoped) if scoped else text
+
+
 def score_overwrite(item: dict[str, Any], reconstruction: str) -> Outcome:
-    """Returns "kept" when the counterfactual value is in a sentence that names the subject,
-    "overwritten" when the prior is there instead, "lost" when neither is. A reconstruction
-    that no longer names the subject is searched whole."""
-    scoped = [s for s in _sentences(reconstruction) if _has(s, item["subject"])]
-    text = " ".join(scoped) if scoped else reconstruction
-    if _has(text, item["fact"]):
+    """Returns "kept" when the reconstruction asserts the counterfactual value of the subject,
+    "overwritten" when it asserts the prior instead or denies the counterfactual value, "lost"
+    when it does neither.
+
+    Read in the sentences naming the subject (and the pronoun sentences after them; the whole
+    text if none names it), by meaning: a value negated or contrasted away is not asserted
+    (:func:`~lit_rlhf.data.probe_reading.polarity`), so "The strawberries are red, not white"
+    is overwritten and "not red but white" is kept."""
+    text = _subject_scope(reconstruction, item["subject"])
+    fact = polarity(text, item["fact"])
+    if fact == "asserted":
         return "kept"
-    return "overwritten" if _has(text, item["prior"]) else "lost"
+    if fact == "denied" or polarity(text, item["prior"]) == "asserted":
+        return "overwritten"
+    return "lost"
+
+
+def _verb(sentence: str, verb: str) -> re.Match[str] | None:
+    forms = _VERB_FORMS.get(verb.lower(), (verb,))
+    pattern = r"\b(?:" + "|".join(re.escape(f) for f in forms) + r")\b"
+    return re.search(pattern, sentence, re.IGNORECASE)
 
 
 def _role(item: dict[str, Any], sentence: str) -> Outcome | None:
-    match = re.search(rf"\b{re.escape(item['verb'])}\b", sentence, re.IGNORECASE)
+    """kept: the same agent and patient, asserted; drifted: a role swapped or the action
+    negated ("Alice did not thank Bob"); None: this sentence does not decide."""
+    match = _verb(sentence, item["verb"])
     if match is None:
         return None
-    before, after = sentence[: match.start()], sentence[match.end() :]
-    if re.match(r"\s*by\b", after, re.IGNORECASE):  # passive: "Bob was thanked by Alice"
-        before, after = after, before
-    if _has(before, item["agent"]) and _has(after, item["patient"]):
-        return "kept"
-    if _has(before, item["patient"]) and _has(after, item["agent"]):
+    agent, patient = read_roles(sentence, match, (item["agent"], item["patient"]))
+    if agent is None and patient is None:
+        return None
+    if agent == item["patient"] or patient == item["agent"] or is_negated(sentence, match.start()):
         return "drifted"
-    return None
+    return "kept" if (agent, patient) == (item["agent"], item["patient"]) else None
 
 
 def _negation(item: dict[str, Any], sentence: str) -> Outcome | None:
-    match = re.search(rf"\b{re.escape(item['predicate'])}\b", sentence, re.IGNORECASE)
-    if match is None:
+    """The predicate's polarity in the first place the sentence states it: the predicate
+    itself, its negative form ("unlocked", "invalid") or a listed antonym ("open" ->
+    "closed"), each under the clause's negators."""
+    predicate = item["predicate"].lower()
+    negative = [f"un{predicate}", f"in{predicate}", f"non-{predicate}", f"non{predicate}"]
+    negative += _ANTONYMS.get(predicate, [])
+    forms = [(predicate, False), *((word, True) for word in negative)]
+    hits = [(m.start(), flips) for word, flips in forms if (m := find_word(sentence, word))]
+    if not hits:
         return None
-    head = sentence[: match.start()]
-    subject = re.search(rf"\b{re.escape(item['subject'])}\b", head, re.IGNORECASE)
-    clause = head[subject.end() :] if subject else head  # from the subject to the predicate
-    negated = _NEGATION.search(clause) is not None
+    position, flips = min(hits)
+    negated = is_negated(sentence, position) ^ flips
     return "kept" if negated == item["negated"] else "drifted"
 
 
 def _order(item: dict[str, Any], text: str) -> Outcome:
-    first = re.search(rf"\b{re.escape(item['first'])}\b", text, re.IGNORECASE)
-    second = re.search(rf"\b{re.escape(item['second'])}\b", text, re.IGNORECASE)
-    if first is None or second is None:
+    """kept when the two events are told in the order they happened (whatever the order of the
+    clauses), drifted when reversed or when either event is negated, lost when one is not
+    named."""
+    order = event_order(text, item["first"], item["second"])
+    if order == "lost":
         return "lost"
-    start, end = sorted((first.start(), second.start()))
-    mentioned_in_order = first.start() < second.start()
-    # "... watered the plants after she fed the cat": the event mentioned first came second
-    if _has(text[start:end], "after"):
-        mentioned_in_order = not mentioned_in_order
-    return "kept" if mentioned_in_order else "drifted"
+    for key in (item["first"], item["second"]):
+        match = find_word(text, key)
+        if match is not None and is_negated(text, match.start()):
+            return "drifted"
+    return "kept" if order == "in_order" else "drifted"
 
 
 def score_drift(item: dict[str, Any], reconstruction: str) -> Outcome:
-    """Returns "kept", "drifted" (roles swapped, polarity flipped, events swapped) or "lost"
-    (the probed words are not found). Roles and polarity are read in the first sentence holding the
-    verb / predicate that decides; order over the whole text, by first mention, with "after"
-    between the two events reversing it."""
+    """Returns "kept", "drifted" (roles swapped, action or event negated, polarity flipped,
+    events reordered) or "lost" (the probed words are not found), judged by meaning with the
+    rules of :mod:`lit_rlhf.data.probe_reading`. Roles are read in the first sentence holding
+    the verb (any of its forms) that decides; polarity in the first sentence stating the
+    predicate, those naming the subject first; order over the whole text."""
     if item["kind"] == "order":
         return _order(item, reconstruction)
+    parts = sentences(reconstruction)
+    if item["kind"] == "negation":
+        named = [s for s in parts if find_word(s, item["subject"]) is not None]
+        parts = named + [s for s in parts if s not in named]
     read = _role if item["kind"] == "role" else _negation
-    for sentence in _sentences(reconstruction):
+    for sentence in parts:
         outcome = read(item, sentence)
         if outcome is not None:
             return outcome

@@ -95,7 +95,8 @@ def test_drift_scorer_reads_passive_contractions_and_after():
     assert score_drift(negation, "The door wasn't locked.") == "kept"
     assert score_drift(negation, "The door was never locked.") == "kept"
     assert score_drift(negation, "The door was locked, not open.") == "drifted"  # after it
-    assert score_drift(negation, "The door was unlocked.") == "lost"  # another word
+    assert score_drift(negation, "The door was unlocked.") == "kept"  # the negative form
+    assert score_drift(negation, "The door was painted.") == "lost"  # another word
     order = {"kind": "order", "first": "cat", "second": "plants"}
     assert score_drift(order, "She watered the plants after she fed the cat.") == "kept"
     assert score_drift(order, "She watered the plants before she fed the cat.") == "drifted"
