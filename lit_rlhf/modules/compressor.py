@@ -61,8 +61,8 @@ class CompressorDecoderModule(LightningModule):
     ae_weight, lm_weight: the autoencoding and continuation losses' weights (>= 0, not both 0);
         each loss is a token mean over the batch.
     lora_rank: 0 = train the whole compressor; > 0 = LoRA adapters (peft) of this rank on
-        ``lora_target_modules`` with ``lora_alpha``, the base frozen. The memory embeddings,
-        projection and markers always train.
+        ``lora_target_modules`` with ``lora_alpha`` and ``lora_dropout`` (ICAE: 0.05), the base
+        frozen. The memory embeddings, projection and markers always train.
     lr, weight_decay, max_grad_norm: AdamW and clipping.
     micro_batch_size: contexts per forward/backward.
     max_new_tokens: reconstruction length limit at evaluation (None: the context length + 8).
@@ -85,6 +85,7 @@ class CompressorDecoderModule(LightningModule):
         lora_rank: int = 0,
         lora_alpha: int = 16,
         lora_target_modules: str | list[str] = "all-linear",
+        lora_dropout: float = 0.0,
         lr: float = 1e-4,
         weight_decay: float = 0.0,
         max_grad_norm: float | None = 1.0,
@@ -127,7 +128,13 @@ class CompressorDecoderModule(LightningModule):
         )
         self.decoder = decoder
         self.compressor = MemoryCompressor(
-            lora_wrap(lm, self.hp.lora_rank, self.hp.lora_alpha, self.hp.lora_target_modules),
+            lora_wrap(
+                lm,
+                self.hp.lora_rank,
+                self.hp.lora_alpha,
+                self.hp.lora_target_modules,
+                dropout=self.hp.lora_dropout,
+            ),
             num_memory_tokens=self.k,
             decoder_width=int(decoder.config.hidden_size),
             marker_scale=_embedding_std(decoder),

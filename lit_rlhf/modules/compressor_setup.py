@@ -41,6 +41,11 @@ def check_compressor_settings(hp: Mapping[str, Any]) -> None:
             f"need lora_rank >= 0 (0: no LoRA) and lora_alpha > 0; got {hp['lora_rank']}, "
             f"{hp['lora_alpha']}"
         )
+    if not 0.0 <= hp.get("lora_dropout", 0.0) < 1.0:
+        raise ValueError(
+            f"lora_dropout must be in [0, 1), got {hp['lora_dropout']}. Fix: 0.0 (none) or a "
+            "small rate such as ICAE's 0.05."
+        )
 
 
 def _check_weights(ae: float, lm: float) -> None:
@@ -51,7 +56,9 @@ def _check_weights(ae: float, lm: float) -> None:
         )
 
 
-def lora_wrap(lm: Any, rank: int, alpha: int, target_modules: str | list[str]) -> Any:
+def lora_wrap(
+    lm: Any, rank: int, alpha: int, target_modules: str | list[str], *, dropout: float = 0.0
+) -> Any:
     """``lm`` with peft LoRA adapters of ``rank`` (the base frozen), or ``lm`` itself for 0."""
     if rank == 0:
         return lm
@@ -62,5 +69,7 @@ def lora_wrap(lm: Any, rank: int, alpha: int, target_modules: str | list[str]) -
             "lora_rank > 0 needs peft. Fix: pip install 'lit-rlhf[lora]' (or peft), or set "
             "lora_rank: 0 to train the whole compressor."
         ) from err
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=target_modules, lora_dropout=0.0)
+    config = LoraConfig(
+        r=rank, lora_alpha=alpha, target_modules=target_modules, lora_dropout=dropout
+    )
     return get_peft_model(lm, config)

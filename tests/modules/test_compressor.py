@@ -51,6 +51,7 @@ def _trainer(root: Path, steps: int, callbacks: list | None = None) -> L.Trainer
         ({"ae_weight": 0.0, "lm_weight": 0.0}, "not both 0"),
         ({"lm_weight": -1.0}, "must be >= 0"),
         ({"lora_rank": -1}, "lora_rank >= 0"),
+        ({"lora_rank": 4, "lora_dropout": 1.0}, "lora_dropout must be in"),
         ({"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
         ({"micro_batch_size": 0}, "micro_batch_size must be >= 1"),
     ],
@@ -139,6 +140,14 @@ def test_lora_trains_adapters_memory_projection_and_markers_only(tmp_path: Path)
         "lora_" in n or n in ("compressor.memory", "compressor.markers") for n in trainable
     ), trainable
     _trainer(tmp_path, 1).fit(module, datamodule=data)
+
+
+def test_lora_dropout_reaches_the_adapters() -> None:
+    pytest.importorskip("peft", reason="LoRA needs the [lora] extra")
+    module = _module(_data(), lora_rank=4, lora_dropout=0.05)  # ICAE's rate
+    module.configure_model()
+    dropouts = [m for n, m in module.named_modules() if n.endswith("lora_dropout.default")]
+    assert dropouts and all(isinstance(m, torch.nn.Dropout) and m.p == 0.05 for m in dropouts)
 
 
 def test_continuation_loss_needs_continuations() -> None:
