@@ -4,11 +4,21 @@ terms gets them, and they need no gold label.
 
 - :class:`ConsistencyAnswerReward` (temporal consistency): per query, a pseudo-label from the
   format-valid verdicts of this round plus the query's memory of past pseudo-labels; +1 / -1 per
-  rollout for agreeing / disagreeing, nothing when the pseudo-label is 0. The memory is training
-  state: it is saved in every checkpoint and restored on resume, and under data parallelism every
-  rank applies every rank's updates, so all ranks hold the same memory.
-- :class:`CritiqueConsistencyReward` (semantic consistency): embeds each rollout's critique; the
-  most self-consistent half of the rollouts that agreed with the pseudo-label get a bonus.
+  rollout for agreeing / disagreeing, nothing when the pseudo-label is 0. A query none of whose
+  rollouts this round is readable gets no pseudo-label and its memory is left as it is (the
+  authors' code skips the update: appending the memory's own sign would reinforce it with no
+  evidence). The memory is training state: it is saved in every checkpoint and restored on
+  resume, and under data parallelism every rank applies every rank's updates, so all ranks hold
+  the same memory. Seed it with ``initial_memory`` from ``scripts/seed_consistrm_memory.py``
+  (the authors: 8 votes of the starting judge per query).
+- :class:`CritiqueConsistencyReward` (semantic consistency): embeds each rollout's whole response
+  (the authors' code; ``text: critique`` embeds only the text before the result); the most
+  self-consistent half of the rollouts that agreed with the pseudo-label get a bonus.
+
+The constants default to the authors' code (format term +0.1 / -3 from the module's
+``VerdictReward``, answer +1 / -1 / 0, bonus 0.1); the paper's note (no format term, -5 for a
+format violation) is ``model.init_args.reward: {class_path: lit_rlhf.rewards.VerdictReward,
+init_args: {mode: format, format_bonus: 0.0, invalid: -5.0}}`` (docs/grm.md).
 
 Put the answer reward before the critique reward in ``trainer.callbacks``: the critique bonus
 reads the answer reward's terms. Rules and constants: :mod:`lit_rlhf.algos.consistency`.
@@ -21,16 +31,23 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning import Callback
 from torch import Tensor
 from typing_extensions import override
 
-from lit_rlhf.algos.consistency import answer_rewards, critique_bonus, pseudo_label, update_memory
-from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat, critique_text
-from lit_rlhf.models.embedder import MINILM, Pooling, TextEmbedder
+from lit_rlhf.algos.consistency import (
+    MODE_RULES,
+    ModeRule,
+    answer_rewards,
+    critique_bonus,
+    pseudo_label,
+    update_memory,
+)
+from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat, critique_text, response_text
+from lit_rlhf.models.embedder import MINILM, EmbedderDtype, Pooling, TextEmbedder
 from lit_rlhf.training.protocols import RewardContext
 
 
@@ -48,8 +65,12 @@ class ConsistencyAnswerReward(Callback):
         from, or cannot be compared with the pseudo-label (0 for all when it is 0). Unparsable
         defaults to 0 because the module's format reward already gives such outputs its
         ``invalid`` score (the authors' code); set -1 to follow the paper's text.
-    initial_memory: optional JSONL of ``{"query_id": ..., "labels": [-1, 1, ...]}`` rows (e.g.
-        the starting model's verdicts) that seeds the memory.
+    initial_memory: optional JSONL of ``{"query_id": ..., "labels": [-1, 1, ...]}`` rows that
+        seeds the memory: ``scripts/seed_consistrm_memory.py`` writes the starting judge's votes
+        (the authors: 8 per query).
+    mode_rule: the memory mode that eviction measures from: ``authors`` (their code: +1 against
+        everything else, a tie gives 0) or ``plurality`` (see
+        :func:`~lit_rlhf.algos.consistency.memory_mode`).
     tags, subject, prefix, suffix: the judge output format, the data's assistant pre-fill and
         a fixed ending (see ``VerdictReward``).
     seed: seeds the eviction tie-break generator (checkpointed).
@@ -67,15 +88,21 @@ class ConsistencyAnswerReward(Callback):
         prefix: str = "",
         suffix: str = "",
         seed: int = 0,
+        mode_rule: ModeRule = "authors",
     ) -> None:
         if cap < 1:
             raise ValueError(f"cap must be >= 1, got {cap}")
+        if mode_rule not in MODE_RULES:
+            raise ValueError(
+                f"mode_rule must be one of {MODE_RULES}, got {mode_rule!r}. Fix: 'authors' (the "
+                "ConsistRM code) or 'plurality'."
+            )
         if agree <= disagree:
             raise ValueError(f"agree ({agree}) must be above disagree ({disagree})")
         if initial_memory is not None and not Path(initial_memory).is_file():
             raise FileNotFoundError(f"initial_memory {initial_memory!r} is not a file")
         self.cap, self.agree, self.disagree, self.unparsable = cap, agree, disagree, unparsable
-        self.initial_memory = initial_memory
+        self.initial_memory, self.mode_rule = initial_memory, mode_rule
         self.format = JudgeFormat(tuple(tags), subject, prefix, suffix)
         self.memory: dict[str, list[int]] = {}
         self.last_pseudo: dict[str, int] = {}
@@ -97,17 +124,27 @@ class ConsistencyAnswerReward(Callback):
         ]
         term = torch.zeros(len(verdicts))
         updates: list[tuple[str, int]] = []
+        unread = 0
         for query, idx in _groups(ctx.query_ids).items():
             labels = [verdicts[i] for i in idx]
+            if all(label is None for label in labels):  # no evidence: no label, no update
+                term[idx] = self.unparsable
+                unread += 1
+                continue
             y = pseudo_label(labels, self.memory.get(query, []))
             term[idx] = answer_rewards(
                 labels, y, agree=self.agree, disagree=self.disagree, unparsable=self.unparsable
             )
             updates.append((query, y))
         stats = self._stats(updates, ctx)
+        stats["unreadable_queries"] = torch.tensor(float(unread))
         for query, y in sorted(_all_ranks(updates)):  # the same order on every rank
             self.memory[query] = update_memory(
-                self.memory.get(query, []), y, cap=self.cap, generator=self.generator
+                self.memory.get(query, []),
+                y,
+                cap=self.cap,
+                generator=self.generator,
+                mode_rule=self.mode_rule,
             )
         self.last_pseudo.update(dict(updates))
         return term.to(ctx.scores.device), stats
@@ -120,7 +157,7 @@ class ConsistencyAnswerReward(Callback):
         if flips:
             stats["flip_rate"] = torch.tensor(sum(flips) / len(flips))
         gold = {q: row.get("label") for q, row in zip(ctx.query_ids, ctx.rows, strict=True)}
-        judged = [(labels[q], g) for q, g in gold.items() if g in (-1, 1) and labels[q] != 0]
+        judged = [(labels[q], g) for q, g in gold.items() if g in (-1, 1) and labels.get(q, 0) != 0]
         if judged:  # diagnostic only: gold labels never enter the reward
             stats["pseudo_label_accuracy"] = torch.tensor(
                 sum(y == g for y, g in judged) / len(judged)
@@ -175,8 +212,12 @@ def _all_ranks(updates: list[tuple[str, int]]) -> list[tuple[str, int]]:
 class CritiqueConsistencyReward(Callback):
     """Args:
     embedder: the encoder of the critiques: ``builtin:all-minilm-l6-v2`` (default, offline),
-        a hub id or folder (the paper: Qwen3-Embedding-4B with ``pooling: last``).
-    pooling, normalize, max_length, batch_size: see :class:`~lit_rlhf.models.TextEmbedder`.
+        a hub id or folder (the authors: ``Qwen/Qwen3-Embedding-4B`` with ``pooling: last``,
+        ``max_length: 1024``, ``dtype: float16``).
+    pooling, normalize, max_length, batch_size, dtype: see
+        :class:`~lit_rlhf.models.TextEmbedder`.
+    text: what is embedded: ``response`` (the authors' code: the whole response, a think trace
+        removed) or ``critique`` (the text before the ``<Result>``: criterion and analysis).
     bonus: added to the top ceil(n/2) most consistent of the n rollouts with answer reward
         ``positive``.
     answer_term: the callback whose terms are the answer rewards.
@@ -192,10 +233,17 @@ class CritiqueConsistencyReward(Callback):
         bonus: float = 0.1,
         positive: float = 1.0,
         answer_term: str = "ConsistencyAnswerReward",
+        text: Literal["response", "critique"] = "response",
+        dtype: EmbedderDtype = "float32",
     ) -> None:
         if bonus < 0:
             raise ValueError(f"bonus must be >= 0, got {bonus}")
-        self.embedder = TextEmbedder(embedder, pooling, normalize, max_length, batch_size)
+        if text not in ("response", "critique"):
+            raise ValueError(f"text must be 'response' or 'critique', got {text!r}")
+        self.embedder = TextEmbedder(
+            embedder, pooling, normalize, max_length, batch_size, dtype=dtype
+        )
+        self.text = text
         self.bonus, self.positive, self.answer_term = bonus, positive, answer_term
 
     @override
@@ -213,7 +261,8 @@ class CritiqueConsistencyReward(Callback):
                 "CritiqueConsistencyReward in trainer.callbacks."
             )
         start = time.perf_counter()
-        embeddings = self.embedder([critique_text(r) for r in ctx.responses])
+        extract = response_text if self.text == "response" else critique_text
+        embeddings = self.embedder([extract(r) for r in ctx.responses])
         seconds = time.perf_counter() - start
         term, consistency = torch.zeros(len(answers)), torch.ones(len(answers))
         for idx in _groups(ctx.query_ids).values():

@@ -6,11 +6,15 @@ against it, and a small bonus goes to the correct rollouts whose critiques agree
 their peers (semantic consistency). Labels are -1 ("Response 1 is better"), +1 ("Response 2 is
 better") and 0 (no supervision). Every constant is a keyword argument; defaults are the paper's.
 
-Decisions the paper leaves open:
+The memory's "mode" (which entry is evicted) follows the authors' code (``get_group_baseline``
+in their ``RewardManager``, ``mode_rule="authors"``): +1 counted against everything else, so a 0
+counts with the -1s, and a tie gives mode 0. ``mode_rule="plurality"`` (lit-rlhf's earlier
+reading of the paper's word) takes the most frequent of -1 / 0 / +1, a tie drawn at random.
+
+Decisions the paper leaves open (the authors' code agrees with the first two):
 - a pseudo-label of 0 is appended to the memory like any other (the paper: "append y"), so a
   query that keeps tying pulls its memory score towards 0;
-- when the memory's mode is tied (e.g. ten +1 and ten -1), the mode is drawn with the
-  generator, like the choice among equally far entries;
+- equally far entries are chosen between at random (with the generator);
 - rollouts are sub-grouped by equal answer reward, so with the default constants a disagreeing
   and an unparsable rollout (both -1) share a sub-group.
 """
@@ -20,12 +24,15 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 _LABELS = (-1, 0, 1)
+ModeRule = Literal["authors", "plurality"]
+MODE_RULES = ("authors", "plurality")
 
 
 def _sign(x: int) -> int:
@@ -60,36 +67,59 @@ def pseudo_label(online: Sequence[int | None], memory: Sequence[int]) -> int:
     return _sign(sum(valid) * n_memory + sum(memory) * n_online)
 
 
+def memory_mode(memory: Sequence[int], *, rule: ModeRule, generator: torch.Generator) -> int:
+    """The mode a memory's eviction measures distances from (ConsistRM, arXiv 2604.07484).
+
+    ``authors`` (their code): +1 if more than half the entries are +1, -1 if fewer than half,
+    0 on a tie, so 0 entries count with the -1s. ``plurality``: the most frequent of -1 / 0 /
+    +1, a tie drawn with ``generator`` (drawn from only when there is a tie).
+    """
+    if rule == "authors":
+        positive = sum(1 for entry in memory if entry == 1)
+        return _sign(2 * positive - len(memory))
+    if rule != "plurality":
+        raise ValueError(f"mode_rule must be one of {MODE_RULES}, got {rule!r}")
+    counts = Counter(memory)
+    top = max(counts.values())
+    modes = sorted(value for value, count in counts.items() if count == top)
+    return modes[_pick(len(modes), generator)]
+
+
 def update_memory(
-    memory: Sequence[int], label: int, *, cap: int = 20, generator: torch.Generator
+    memory: Sequence[int],
+    label: int,
+    *,
+    cap: int = 20,
+    generator: torch.Generator,
+    mode_rule: ModeRule = "authors",
 ) -> list[int]:
     """The query's memory after this step's pseudo-label (ConsistRM, arXiv 2604.07484).
 
     If appending would exceed ``cap``, first one entry farthest from the memory's mode
-    (``|entry - mode|``) is dropped, then ``label`` is appended (0 included). Equally far entries,
-    and a tied mode, are chosen between with ``generator``, which is only drawn from when there
-    is a choice. A memory already over ``cap`` (e.g. a smaller cap on resume) is cut down the same
-    way, one entry at a time.
+    (:func:`memory_mode`, ``|entry - mode|``) is dropped, then ``label`` is appended (0
+    included), as the authors' code does. Equally far entries are chosen between with
+    ``generator``, which is only drawn from when there is a choice. A memory already over ``cap``
+    (e.g. a smaller cap on resume) is cut down the same way, one entry at a time.
 
     Args:
         memory: the query's past pseudo-labels (-1 / 0 / +1), oldest first; not modified.
         label: this step's pseudo-label from :func:`pseudo_label`.
         cap: the most entries the memory keeps (the paper: 20).
         generator: the random source of the tie breaks (checkpoint it with the memory).
+        mode_rule: ``authors`` or ``plurality`` (:func:`memory_mode`).
 
     Returns:
         A new list of at most ``cap`` entries, ``label`` last.
     """
     if cap < 1:
         raise ValueError(f"cap must be >= 1, got {cap}")
+    if mode_rule not in MODE_RULES:
+        raise ValueError(f"mode_rule must be one of {MODE_RULES}, got {mode_rule!r}")
     if label not in _LABELS or any(entry not in _LABELS for entry in memory):
         raise ValueError(f"labels must be -1, 0 or +1, got label {label}, memory {list(memory)}")
     kept = list(memory)
     while len(kept) + 1 > cap:
-        counts = Counter(kept)
-        top = max(counts.values())
-        modes = sorted(value for value, count in counts.items() if count == top)
-        mode = modes[_pick(len(modes), generator)]
+        mode = memory_mode(kept, rule=mode_rule, generator=generator)
         distances = [abs(entry - mode) for entry in kept]
         far = max(distances)
         farthest = [i for i, distance in enumerate(distances) if distance == far]

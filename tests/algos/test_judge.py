@@ -2,7 +2,8 @@ import time
 
 import pytest
 
-from lit_rlhf.algos import critique_text, judge_format_ok, parse_verdict
+from lit_rlhf.algos import critique_text, judge_format_ok, judge_verdict, parse_verdict
+from lit_rlhf.algos.judge import JudgeFormat, response_text, strip_think
 
 R1 = "Response 1 is better than Response 2"
 R2 = "Response 2 is better than Response 1"
@@ -133,11 +134,40 @@ def test_parse_verdict_scans_only_the_tail_and_is_fast_on_long_garbage():
     [
         pytest.param(f"{HEAD}<Result>{R1}</Result>", None, "Response", True, id="valid"),
         pytest.param(
-            f"<think>hmm</think>\n{HEAD}<Result>{R2}</Result>\nDone.",
+            f"<think>hmm</think>\nLet me judge.\n{HEAD}<Result>{R2}</Result>\n \n",
             None,
             "Response",
             True,
-            id="text-outside-blocks",
+            id="think-and-text-before-blocks-whitespace-after",
+        ),
+        # the ConsistRM authors' rule: only the end of turn may follow </Result>
+        pytest.param(
+            f"{HEAD}<Result>{R2}</Result>\nDone.", None, "Response", False, id="text-after-result"
+        ),
+        pytest.param(
+            f"{HEAD}<Result>{R2}</Result><Analysis>x", None, "Response", False, id="tag-after"
+        ),
+        # a think trace is stripped before the check: empty (Qwen3 /no_think) or full
+        pytest.param(
+            f"<think>\n\n</think>\n\n{HEAD}<Result>{R1}</Result>",
+            None,
+            "Response",
+            True,
+            id="empty-think",
+        ),
+        pytest.param(
+            f"<think>draft: <Result>{R2}</Result></think>{HEAD}<Result>{R1}</Result>",
+            None,
+            "Response",
+            True,
+            id="tags-inside-think-do-not-count",
+        ),
+        pytest.param(
+            f"<think>still thinking {HEAD}<Result>{R1}</Result>",
+            None,
+            "Response",
+            False,
+            id="unclosed-think",
         ),
         pytest.param(
             f"<Analysis>a</Analysis><Result>{R1}</Result>", None, "Response", False, id="no-crit"
@@ -223,3 +253,35 @@ def test_judge_format_ok(text, tags, subject, expected):
 )
 def test_critique_text(text, expected):
     assert critique_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("<think>\n\n</think>\n\nanswer", "\n\nanswer", id="empty-trace"),
+        pytest.param("  <THINK>a < b</think>x</think>y", "x</think>y", id="first-close-ends-it"),
+        pytest.param("<think>never closed <Result>", "", id="unclosed"),
+        pytest.param("answer <think>late</think>", "answer <think>late</think>", id="not-leading"),
+        pytest.param("", "", id="empty"),
+    ],
+)
+def test_strip_think(text, expected):
+    assert strip_think(text) == expected
+
+
+def test_a_qwen3_think_trace_is_stripped_before_the_verdict_is_read():
+    judged = f"<think>\nResponse 2 looks better at first.\n</think>\n\n{HEAD}<Result>{R1}</Result>"
+    assert judge_verdict(judged) == -1
+    assert JudgeFormat().verdict(judged) == -1
+    # a trace cut by the length limit leaves no judgment, whatever it contains
+    assert judge_verdict(f"<think>{HEAD}<Result>{R1}</Result>") is None
+    # trailing text is malformed unless allowed (reading an off-the-shelf judge)
+    trailing = f"{HEAD}<Result>{R2}</Result> Hope this helps!"
+    assert judge_verdict(trailing) is None
+    assert judge_verdict(trailing, allow_trailing_text=True) == 1
+
+
+def test_response_text_is_the_whole_judgment_without_its_think_trace():
+    judged = f"<think></think>\n{HEAD}<Result>{R1}</Result>\n"
+    assert response_text(judged) == f"{HEAD}<Result>{R1}</Result>"
+    assert critique_text(judged) == HEAD.strip()

@@ -160,3 +160,63 @@ def test_critique_bonus_goes_to_half_of_the_agreeing_rollouts():
     assert bonus[3] == 0  # never the dissenting rollout
     assert bonus[:2].tolist() == pytest.approx([0.1, 0.1])  # the two identical critiques agree
     assert float(stats["ConsistencyAnswerReward/supervised_fraction"]) == 1.0
+
+
+def _ctx(texts: list[str], queries: list[str]) -> RewardContext:
+    n = len(texts)
+    groups = torch.tensor([sorted(set(queries)).index(q) for q in queries])
+    return RewardContext(["p"] * n, texts, [{}] * n, queries, ["j"] * n, groups, torch.zeros(n))
+
+
+def test_the_all_unreadable_round_does_not_grow_the_memory():
+    # q0's memory says +1; this round none of its 4 rollouts is readable. The authors skip the
+    # update; appending sign(0 + s_mem) = +1 would let the memory reinforce itself unseen.
+    callback = ConsistencyAnswerReward(unparsable=-1.0)
+    callback.memory = {"q0": [1, 1], "q1": [1, 1]}
+    callback.last_pseudo = {"q0": 1}
+    texts = [judge_text(None)] * 4 + [judge_text(-1)] * 3 + [judge_text(None)]
+    trainer = SimpleNamespace(callbacks=[callback])
+    extra, stats = reward_terms(trainer, None, _ctx(texts, ["q0"] * 4 + ["q1"] * 4))
+    assert callback.memory["q0"] == [1, 1]  # unchanged
+    assert callback.last_pseudo["q0"] == 1  # no pseudo-label this round
+    # q1: s_on = -1, s_mem = +1 -> y = 0, appended; nobody supervised there
+    assert callback.memory["q1"] == [1, 1, 0]
+    # unreadable q0 rollouts: the unparsable reward; q1 (y = 0): nothing
+    assert extra.tolist() == [-1.0] * 4 + [0.0] * 4
+    assert float(stats["ConsistencyAnswerReward/unreadable_queries"]) == 1.0
+    assert float(stats["ConsistencyAnswerReward/supervised_fraction"]) == 0.0
+
+
+def test_a_full_memory_evicts_by_the_authors_mode_rule():
+    # 8 zeros, 4 -1, 8 +1: +1 is 8 of 20, so the authors' mode is -1 and a +1 goes
+    memory = [0] * 8 + [-1] * 4 + [1] * 8
+    callback = ConsistencyAnswerReward()
+    callback.memory = {"q": list(memory)}
+    trainer = SimpleNamespace(callbacks=[callback])
+    reward_terms(trainer, None, _ctx([judge_text(-1)] * 4, ["q"] * 4))  # y = sign(-1 - 0) = -1
+    assert sorted(callback.memory["q"]) == sorted([0] * 8 + [-1] * 5 + [1] * 7)
+    with pytest.raises(ValueError, match="mode_rule must be one of"):
+        ConsistencyAnswerReward(mode_rule="median")  # type: ignore[arg-type]
+
+
+def test_the_critique_embedding_reads_the_whole_response_or_the_critique():
+    seen: list[list[str]] = []
+
+    class Recorder:
+        def __call__(self, texts: list[str]) -> torch.Tensor:
+            seen.append(texts)
+            return torch.ones(len(texts), 2)
+
+    think = "<think>\n\n</think>\n\n"
+    texts = [think + judge_text(1, "a"), judge_text(1, "b")]
+    for mode in ("response", "critique"):
+        critique = CritiqueConsistencyReward(embedder="builtin:tiny-llama", text=mode)
+        critique.embedder = Recorder()  # type: ignore[assignment]
+        trainer = SimpleNamespace(callbacks=[ConsistencyAnswerReward(), critique])
+        reward_terms(trainer, None, _ctx(texts, ["q", "q"]))
+    whole, before_result = seen
+    assert whole == [judge_text(1, "a"), judge_text(1, "b")]  # the think trace removed
+    assert before_result == [
+        "<Criterion>correctness</Criterion><Analysis>a</Analysis>",
+        "<Criterion>correctness</Criterion><Analysis>b</Analysis>",
+    ]
