@@ -96,11 +96,18 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
         return f"remove {key} or correct its spelling ({where})."
     if cause.startswith("Expected a"):
         return f"give {key} a value of the expected type ({where})."
-    if "--optimizer" in cause or "--lr_scheduler" in cause:
+    if "--lr_scheduler" in cause:
+        return (
+            "leave them out and set the module's own schedule: model.init_args.lr_warmup_steps "
+            "or lr_warmup_ratio, lr_schedule (constant, linear, cosine), min_lr_ratio, "
+            "lr_interval (batch, optimizer_step) and lr_total_steps (Lightning never steps an "
+            "--lr_scheduler under manual optimisation)."
+        )
+    if "--optimizer" in cause:
         return (
             "leave them out: each module builds its own AdamW from model.init_args.lr, "
-            "weight_decay and max_grad_norm (manual optimisation would ignore an --optimizer "
-            "and never step an --lr_scheduler)."
+            "weight_decay and max_grad_norm (an --optimizer would replace its param groups; "
+            "the lr schedule is model.init_args.lr_schedule and the other lr_* settings)."
         )
     if cause.startswith("unrecognized arguments"):
         return f"remove them or correct their spelling ({where})."

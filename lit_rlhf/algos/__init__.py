@@ -1,7 +1,8 @@
 """Pure tensor math of RL fine-tuning: masking, advantages, KL, PPO losses, entropy,
 trust-region entropy and the exploration baselines it is compared with; reading a generative
-judge's verdict, ConsistRM's label-free consistency rewards, ReflectRM's reflective vote
-and modular gradient surgery (PCGrad per parameter group).
+judge's verdict, ConsistRM's label-free consistency rewards, ReflectRM's reflective vote,
+modular gradient surgery (PCGrad per parameter group), and the warmup + constant / linear /
+cosine schedule of loss coefficients and learning rates.
 
 Depends on torch and the standard library only (no Lightning, no transformers), so it can be
 reused or tested anywhere.
@@ -11,13 +12,7 @@ Mask convention: bool, True = the token counts.
 from lit_rlhf.algos.advantages import gae, group_advantages, rloo_advantages, token_level_rewards
 from lit_rlhf.algos.consistency import answer_rewards, critique_bonus, pseudo_label, update_memory
 from lit_rlhf.algos.entropy import entropy_and_top1, entropy_from_logits, token_log_probs
-from lit_rlhf.algos.exploration import (
-    CoefficientSchedule,
-    ScheduleKind,
-    forking_token_mask,
-    kl_cov_penalty,
-    kl_cov_selection,
-)
+from lit_rlhf.algos.exploration import forking_token_mask, kl_cov_penalty, kl_cov_selection
 from lit_rlhf.algos.gradient_surgery import (
     SurgeryStats,
     group_parameters,
@@ -46,6 +41,7 @@ from lit_rlhf.algos.ppo_losses import (
     explained_variance,
 )
 from lit_rlhf.algos.reflection import confidence, reflective_vote, select_anchor
+from lit_rlhf.algos.schedules import CoefficientSchedule, ScheduleKind
 from lit_rlhf.algos.trust_region import TrustRegionMode, trust_region_entropy
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Exploration baselines that TRE (arXiv 2602.03635) is compared with, and a coefficient schedule.
+"""Exploration baselines that TRE (arXiv 2602.03635) is compared with (the coefficient schedule
+they share, ``CoefficientSchedule``, lives in :mod:`lit_rlhf.algos.schedules`; imported here too).
 
 - Forking tokens (Wang et al. 2025, arXiv 2506.01939): the policy loss only on the top 20 % of
   response tokens by entropy.
@@ -13,15 +14,19 @@ and KL-Cov takes max(1, floor(fraction * n)).
 
 from __future__ import annotations
 
-import math
-from typing import Literal
-
 import torch
 from torch import Tensor
 
 from lit_rlhf.algos.masking import masked_mean
+from lit_rlhf.algos.schedules import CoefficientSchedule, ScheduleKind
 
-ScheduleKind = Literal["constant", "linear", "cosine"]
+__all__ = [
+    "CoefficientSchedule",
+    "ScheduleKind",
+    "forking_token_mask",
+    "kl_cov_penalty",
+    "kl_cov_selection",
+]
 
 
 def _top_fraction_of_counted(scores: Tensor, mask: Tensor, top_fraction: float) -> Tensor:
@@ -115,53 +120,3 @@ def kl_cov_penalty(
         raise ValueError(f"coef must be >= 0 (it is a penalty), got {coef}")
     penalty = coef * (log_probs - old_log_probs.detach()).abs()
     return torch.where(selected, penalty, 0.0)
-
-
-class CoefficientSchedule:
-    """A loss coefficient as a function of the optimizer step (e.g. TRE's alpha).
-
-    Linear warmup from 0 to ``value`` over ``warmup_steps``, then ``constant`` (``value``),
-    ``linear`` or ``cosine`` from ``value`` to ``final_value`` by ``total_steps`` (counted from
-    step 0, warmup included), held at ``final_value`` afterwards. Stateless: the value is a
-    function of the step, so resuming from the trainer's global step needs no checkpointed state.
-    """
-
-    def __init__(
-        self,
-        value: float,
-        *,
-        kind: ScheduleKind = "constant",
-        final_value: float | None = None,
-        warmup_steps: int = 0,
-        total_steps: int | None = None,
-    ) -> None:
-        if kind not in ("constant", "linear", "cosine"):
-            raise ValueError(f"kind must be 'constant', 'linear' or 'cosine', got {kind!r}")
-        if warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
-        if kind == "constant" and final_value is not None:
-            raise ValueError("final_value is only used by kind='linear' or 'cosine'")
-        if kind != "constant" and (final_value is None or total_steps is None):
-            raise ValueError(f"kind={kind!r} needs both final_value and total_steps")
-        if kind != "constant" and total_steps is not None and total_steps <= warmup_steps:
-            raise ValueError(
-                f"total_steps ({total_steps}) must exceed warmup_steps ({warmup_steps})"
-            )
-        self.value = float(value)
-        self.kind: ScheduleKind = kind
-        self.final_value = self.value if final_value is None else float(final_value)
-        self.warmup_steps = int(warmup_steps)
-        self.total_steps = total_steps
-
-    def __call__(self, step: int) -> float:
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
-        if step < self.warmup_steps:
-            return self.value * step / self.warmup_steps
-        if self.kind == "constant" or self.total_steps is None:
-            return self.value
-        progress = min((step - self.warmup_steps) / (self.total_steps - self.warmup_steps), 1.0)
-        if self.kind == "linear":
-            return self.value + (self.final_value - self.value) * progress
-        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.final_value + (self.value - self.final_value) * cosine

@@ -9,6 +9,7 @@ easy to get silently wrong under DeepSpeed (see ``lit_rlhf.strategies.deepspeed_
               combined by the callback; ``lit_rlhf.training.task_backward``)
               -> gradient hooks (callbacks may read / rewrite the reduced gradients)
               -> gradient norm + clipping (DeepSpeed: its own, inside its step)
+              -> each param group's lr set by the schedule (:mod:`lit_rlhf.training.lr_schedule`)
               -> ``optimizer.step()``, or a skip when the loss or gradient is not finite
 
 Exact accumulation is the caller's part: each micro-batch loss must already be scaled so that
@@ -44,13 +45,14 @@ from lit_rlhf.strategies import (
 )
 from lit_rlhf.training.faults import LossWatch, NonFiniteSkips, deepspeed_step_skipped
 from lit_rlhf.training.gradients import Gradients
+from lit_rlhf.training.lr_schedule import LR_KEY, LRSchedule, LRScheduleSettings
 from lit_rlhf.training.protocols import gradient_hooks, task_gradient_hook
 from lit_rlhf.training.task_backward import task_backward
 
 MicroBatch = TypeVar("MicroBatch")
 
 
-CHECKPOINT_KEY = "lit_rlhf_optimizer_step"  # where save_to / load_from keep the skip counters
+CHECKPOINT_KEY = "lit_rlhf_optimizer_step"  # where save_to / load_from keep the counters
 
 
 class OptimizerStep:
@@ -63,6 +65,9 @@ class OptimizerStep:
         norm_key: the key under which the gradient norm (before clipping) is returned.
         max_consecutive_skips: steps with a non-finite loss or gradient are skipped; this many
             in a row stop the run with a FloatingPointError (1: stop at the first).
+        lr_schedule: the learning-rate schedule applied before every step (None: constant, each
+            group's own lr); its counters are in :meth:`state_dict`. The lr is returned as
+            ``train/lr``.
     """
 
     def __init__(
@@ -71,6 +76,7 @@ class OptimizerStep:
         max_grad_norm: float | None,
         norm_key: str = "train/grad_norm",
         max_consecutive_skips: int = 5,
+        lr_schedule: LRScheduleSettings | None = None,
     ) -> None:
         if max_grad_norm is not None and not max_grad_norm > 0:
             raise ValueError(
@@ -79,6 +85,7 @@ class OptimizerStep:
         self.max_grad_norm = max_grad_norm
         self.norm_key = norm_key
         self.skips = NonFiniteSkips(max_consecutive_skips)
+        self.lr = LRSchedule(lr_schedule)
 
     def configure(self, strategy: Any) -> None:
         """Hand the clipping norm to DeepSpeed (a no-op for other strategies)."""
@@ -91,6 +98,8 @@ class OptimizerStep:
         micro_batches: Sequence[MicroBatch],
         loss_fn: Callable[[MicroBatch], Tensor],
         task_of: Callable[[MicroBatch], str] | None = None,
+        *,
+        step_in_batch: tuple[int, int] = (0, 1),
     ) -> dict[str, Tensor]:
         """Take one optimizer step on the summed gradients of ``loss_fn`` over ``micro_batches``.
         Returns the hooks' diagnostics, the gradient norm before clipping and
@@ -99,13 +108,17 @@ class OptimizerStep:
         ``task_of`` names each micro-batch's task (domain; a micro-batch holds one task): with a
         :class:`~lit_rlhf.training.protocols.TaskGradientHook` callback (MGS) the backward runs
         task by task and the callback combines the per-task gradients
-        (:mod:`lit_rlhf.training.task_backward`)."""
+        (:mod:`lit_rlhf.training.task_backward`).
+
+        ``step_in_batch``: (this step's index, the number of optimizer steps of the training
+        batch), for the lr schedule's ``lr_interval: batch`` (default: one step per batch)."""
         if not micro_batches:
             raise ValueError("an optimizer step needs at least one micro-batch")
         strategy = module.trainer.strategy
         watch = LossWatch(loss_fn)
         stats = self._backward(module, optimizer, micro_batches, watch, task_of)
         stats.update(gradient_hooks(module.trainer, module, Gradients(module, strategy)))
+        stats[LR_KEY] = torch.tensor(self.lr.apply(module.trainer, optimizer, step_in_batch))
         if is_deepspeed(strategy):
             # DeepSpeed clips inside its step; under ZeRO the gradients are not in param.grad,
             # so the norm is the one DeepSpeed computed there, and so is the skip decision
@@ -172,12 +185,14 @@ class OptimizerStep:
                 optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm"
             )
 
-    def state_dict(self) -> dict[str, int]:
-        """The skip counters (``fault/skipped_steps``, consecutive skips), for checkpoints."""
-        return self.skips.state_dict()
+    def state_dict(self) -> dict[str, Any]:
+        """The skip counters (``fault/skipped_steps``, consecutive skips) and the lr schedule's
+        counters, for checkpoints."""
+        return {**self.skips.state_dict(), "lr_schedule": self.lr.state_dict()}
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.skips.load_state_dict(state)
+        self.lr.load_state_dict(state.get("lr_schedule", {}))
 
     def save_to(self, checkpoint: dict[str, Any]) -> None:
         """``on_save_checkpoint`` of a module that keeps no other lit-rlhf state: the counters

@@ -20,6 +20,7 @@ from lit_rlhf.models.loading import context_length
 from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.training.experience import build_experience, experience_stats
 from lit_rlhf.training.frozen import FrozenModules
+from lit_rlhf.training.lr_schedule import LRScheduleSettings
 from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.ppo_update import PPOUpdate
 from lit_rlhf.training.protocols import policy_loss_terms
@@ -39,6 +40,8 @@ class PolicyStep:
     seed: seeds the mini-batch shuffling (checkpointed through ``state_dict``).
     max_consecutive_skips: non-finite optimizer steps in a row that stop the run
         (:class:`OptimizerStep`; its skip counters are checkpointed).
+    lr_schedule: the learning-rate schedule (None: constant); once per rollout batch or per
+        optimizer step (``lr_interval``), checkpointed with the optimizer step's counters.
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class PolicyStep:
         max_grad_norm: float | None,
         seed: int = 0,
         max_consecutive_skips: int = 5,
+        lr_schedule: LRScheduleSettings | None = None,
     ) -> None:
         self.settings = settings
         self.collector = collector
@@ -56,6 +60,7 @@ class PolicyStep:
             max_grad_norm=max_grad_norm,
             norm_key="ppo/grad_norm",
             max_consecutive_skips=max_consecutive_skips,
+            lr_schedule=lr_schedule,
         )
         self.shuffle = torch.Generator().manual_seed(seed)
         self.frozen = FrozenModules("ref_policy")
@@ -170,10 +175,10 @@ class PolicyStep:
         }
 
     def save(self, module: Any, checkpoint: dict[str, Any]) -> None:
-        """``on_save_checkpoint``: the counters (rollouts, skipped optimizer steps), the KL
-        coefficient, the shuffling state and a stateful reward's ``state_dict()`` go into the
-        checkpoint; the frozen reference (the starting model, reloaded on every start) does
-        not."""
+        """``on_save_checkpoint``: the counters (rollouts, skipped optimizer steps, the lr
+        schedule's), the KL coefficient, the shuffling state and a stateful reward's
+        ``state_dict()`` go into the checkpoint; the frozen reference (the starting model,
+        reloaded on every start) does not."""
         checkpoint["lit_rlhf"] = {
             "rollout_step": module.rollout_step,
             "kl_coef": module.kl_coef,

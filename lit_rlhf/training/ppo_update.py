@@ -10,6 +10,7 @@ pass. References: PPO (arXiv 1707.06347), dual clip (arXiv 1912.09729), GRPO's K
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -27,6 +28,7 @@ from lit_rlhf.algos import (
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
 from lit_rlhf.training.faults import SKIPPED_STEPS_KEY
+from lit_rlhf.training.lr_schedule import LR_KEY
 from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.protocols import PolicyLossContext, task_gradient_hook
 from lit_rlhf.training.settings import PPOSettings
@@ -99,13 +101,20 @@ class PPOUpdate:
     ) -> dict[str, Tensor]:
         """``settings.ppo_epochs`` passes over shuffled mini-batches of the experience, one
         ``step`` (an :class:`OptimizerStep`) each, then ``after_step`` (e.g. the engine's weight
-        sync); returns the mean of every recorded diagnostic."""
-        n = len(self.experience)
+        sync); returns the mean of every recorded diagnostic. Each step is told its place among
+        the update's steps (the lr schedule's ``lr_interval: batch`` counts the update once)."""
+        n, size = len(self.experience), self.settings.update_size(len(self.experience))
         by_task = task_gradient_hook(getattr(module, "_trainer", None)) is not None
+        steps = self.settings.ppo_epochs * math.ceil(n / size)
+        done = 0
         for _ in range(self.settings.ppo_epochs):
-            for index in minibatches(n, self.settings.update_size(n), generator=generator):
+            for index in minibatches(n, size, generator=generator):
                 micro = self.micro_batches(index, by_task=by_task)
-                self.add(step(module, optimizer, micro, self.loss, task_of=_task_of))
+                where = (done, steps)
+                self.add(
+                    step(module, optimizer, micro, self.loss, task_of=_task_of, step_in_batch=where)
+                )
+                done += 1
                 after_step()
         return self.means()
 
@@ -220,8 +229,9 @@ class PPOUpdate:
             self._record(key, value)
 
     def means(self) -> dict[str, Tensor]:
-        """Each diagnostic's mean over the update; a cumulative count its latest value."""
+        """Each diagnostic's mean over the update; a cumulative count and the lr their latest
+        value."""
         return {
-            k: v[-1] if k == SKIPPED_STEPS_KEY else torch.stack(v).mean()
+            k: v[-1] if k in (SKIPPED_STEPS_KEY, LR_KEY) else torch.stack(v).mean()
             for k, v in self.stats.items()
         }
