@@ -124,8 +124,13 @@ class FilePrompts:
         question_template: ``str.format`` template over the row's fields, where ``{question}``
             is the ``question_field`` value, e.g.
             ``"{problem}\\nPut the final answer in \\\\boxed{{}}."``.
+        where: keep only the rows whose column holds one of the listed values, e.g.
+            ``{level: [Level 3, Level 4, Level 5]}`` (MATH's hardest levels, as SimpleRL);
+            applied before ``max_examples``.
 
-    The other columns of the file are kept in the rows, for rewards that read them.
+    The other columns of the file are kept in the rows, for rewards that read them. A question
+    column in chat format (a list of ``{role, content}`` messages, as verl's parquet files store
+    prompts) is read as its single user message, and holds that text in the rows.
     """
 
     def __init__(
@@ -139,6 +144,7 @@ class FilePrompts:
         name: str | None = None,
         max_examples: int | None = None,
         question_template: str = "{question}",
+        where: dict[str, list[Any]] | None = None,
     ) -> None:
         if max_examples is not None and max_examples < 1:
             raise ValueError(f"max_examples must be >= 1 or None, got {max_examples}")
@@ -152,9 +158,14 @@ class FilePrompts:
         self.name = name
         self.max_examples = max_examples
         self.question_template = question_template
+        if where is not None and not all(isinstance(v, list) and v for v in where.values()):
+            raise ValueError(
+                f"where must map column names to non-empty lists of values, got {where!r}"
+            )
+        self.where = dict(where or {})
 
     def load(self) -> datasets.Dataset:
-        raw = self._load_raw()
+        raw = self._filter(self._load_raw())
         if self.max_examples is not None:
             raw = raw.select(range(min(self.max_examples, len(raw))))
         self._check_columns(raw.column_names)
@@ -171,6 +182,22 @@ class FilePrompts:
     def _load_raw(self) -> datasets.Dataset:
         return _load_table(self.path, self.name, self.split)
 
+    def _filter(self, raw: datasets.Dataset) -> datasets.Dataset:
+        """The rows that pass ``where`` (all of them without it)."""
+        if not self.where:
+            return raw
+        missing = [c for c in self.where if c not in raw.column_names]
+        if missing:
+            raise ValueError(
+                f"{self.path}: where names columns {missing} the rows lack (columns: "
+                f"{raw.column_names}). Fix: name existing columns in where."
+            )
+        keep = [i for i, row in enumerate(raw)
+                if all(row[c] in values for c, values in self.where.items())]  # fmt: skip
+        if not keep:
+            raise ValueError(f"{self.path}: no row passes where={self.where!r}")
+        return raw.select(keep)
+
     def _check_columns(self, columns: list[str]) -> None:
         for arg, field in (
             ("question_field", self.question_field),
@@ -184,8 +211,9 @@ class FilePrompts:
                 raise ValueError(f"{self.path}: row 0 has no field {field!r}. Fix: {fix}.")
 
     def _prompt_row(self, index: int, row: dict[str, Any]) -> dict[str, Any]:
-        question = row[self.question_field]
         where = f"{self.path} (split {self.split!r}), row {index}"
+        question = _user_message(row[self.question_field], where, self.question_field)
+        row = {**row, self.question_field: question}  # a chat column becomes its text
         if not isinstance(question, str) or not question.strip():
             got = "missing/None" if question is None else f"{type(question).__name__} {question!r}"
             raise ValueError(
@@ -218,6 +246,20 @@ class FilePrompts:
                 f"the row, or set {arg}=null to go without it."
             )
         return value
+
+
+def _user_message(value: Any, where: str, field: str) -> Any:
+    """A chat-format question (a list of ``{role, content}`` messages) as its one user message;
+    any other value as it is (checked by the caller)."""
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+        return value
+    users = [m.get("content") for m in value if m.get("role") == "user"]
+    if len(users) != 1 or any(m.get("role") not in ("user", "system") for m in value):
+        raise ValueError(
+            f"{where}: field {field!r} is a chat with {len(users)} user messages; a prompt "
+            "source reads one user message. Fix: keep single-turn rows only."
+        )
+    return users[0]
 
 
 def _check_template(template: str) -> None:
