@@ -233,6 +233,7 @@ class PreferencePair(NamedTuple):
     label: int | None  # -1: the first (response or critique) better, +1: the second, None: unknown
     subset: str  # the source's category, "" when none
     critiques: tuple[str, str] | None = None  # a reflection pair's two critiques
+    comparison: str = ""  # which comparison of a benchmark row ("c0r2": RM-Bench), "" if one
 
     def reversed_order(self) -> PreferencePair:
         """The pair shown the other way round: the responses swapped, or for a reflection pair
@@ -272,6 +273,7 @@ def judge_rows(
                     **_rendered(shown, template, critique_template),
                     "label": shown.label,
                     "swapped": swapped,
+                    "comparison": pair.comparison,
                 }
             )
     return rows

@@ -15,6 +15,9 @@ trains from the same :class:`~lit_rlhf.data.PromptDataModule` as PPO. Columns of
   swapping the order negates it;
 - ``subset`` (str, ``""`` when none; ``"reflection"`` for reflection pairs), ``swapped`` (bool),
   ``template`` (str, the template name);
+- ``comparison`` (str): which comparison of its benchmark row the pair is (RM-Bench ``"c0r2"``:
+  chosen style 0 against rejected style 2; RMB Best-of-N ``"loser1"``), ``""`` for a row that
+  is one comparison; such a pair's id is ``"{row id}/{comparison}"``;
 - ``subject`` (str): what the verdict compares, ``"Response"``, or ``"Critique"`` for a ReflectRM
   reflection pair (analysis preference), whose ``critique_1`` / ``critique_2`` (str, None on
   other rows) hold the two critiques and whose ``label`` says which critique is better.
@@ -30,11 +33,12 @@ import json
 import math
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import datasets
 
+from lit_rlhf.data.judge_benchmarks import BENCHMARK_SCHEMAS
 from lit_rlhf.data.judge_templates import (
     PreferencePair,
     SwapMode,
@@ -42,9 +46,28 @@ from lit_rlhf.data.judge_templates import (
     judge_rows,
     seeded_coin,
 )
+from lit_rlhf.data.pair_fields import (
+    Comparisons,
+    MalformedRow,
+    Read,
+    Schema,
+    conversation_text,
+    integer_value,
+    text_field,
+)
 from lit_rlhf.data.sources import _load_table
 
-PairSchema = Literal["pairs", "helpsteer3", "hh_rlhf", "ultrafeedback", "rewardbench"]
+PairSchema = Literal[
+    "pairs",
+    "helpsteer3",
+    "hh_rlhf",
+    "ultrafeedback",
+    "rewardbench",
+    "rm_bench",
+    "rmb",
+    "judgebench",
+    "ppe_preference",
+]
 _HH_ASSISTANT = "\n\nAssistant:"
 
 
@@ -70,6 +93,9 @@ class PreferencePairs:
       is the assistant's; id ``prompt_id``.
     - ``rewardbench`` (``allenai/reward-bench``, split ``filtered``): ``prompt``, ``chosen``,
       ``rejected``, ``subset``, ``id``.
+    - ``rm_bench``, ``rmb``, ``judgebench``, ``ppe_preference``: the judge benchmarks of
+      :mod:`lit_rlhf.data.judge_benchmarks` (RM-Bench and RMB rows hold several comparisons,
+      one pair each).
 
     Chosen/rejected schemas put the chosen response first or second by a coin seeded by
     (``seed``, pair id), so labels are balanced and a pair's placement survives slicing.
@@ -82,7 +108,8 @@ class PreferencePairs:
         swap: ``none``; ``both`` (each pair in both orders, 2N rows); ``random`` (each pair's
             order flipped by a coin seeded by (``seed``, pair id), N rows).
         seed: seeds the placement and swap coins.
-        num_examples: keep the first this many pairs (before ``swap``, after dropped ties).
+        num_examples: keep the first this many pairs (before ``swap``, after dropped ties; the
+            comparisons of one benchmark row stay together, so a row may take it past this).
         task: every row's ``task``.
         id_field: the column used as the pair id; ``None`` uses the schema's id column where a
             row has one, else ``"{task}-{sha1(prompt, responses in source order)[:12]}"``.
@@ -162,20 +189,20 @@ class PreferencePairs:
             if self.num_examples is not None and len(pairs) >= self.num_examples:
                 break
             try:
-                pair = self._read_pair(row, f"{self.path} (split {self.split!r}), row {index}")
+                row_pairs, row_ties = self._read_row(
+                    row, f"{self.path} (split {self.split!r}), row {index}"
+                )
             except MalformedRow as err:
                 if not self.skip_malformed:
                     raise
                 skipped.append(str(err))
                 continue
-            if pair is None:
-                ties += 1
-            else:
-                pairs.append(pair)
+            pairs.extend(row_pairs)
+            ties += row_ties
         if ties:
             warnings.warn(
-                f"{self.path}: dropped {ties} tied pairs (overall_preference 0); keep_ties=True "
-                "keeps them unlabelled",
+                f"{self.path}: dropped {ties} tied pairs (HelpSteer3 overall_preference 0, PPE "
+                "winner tie); keep_ties=True keeps them unlabelled",
                 stacklevel=3,
             )
         if skipped:
@@ -185,29 +212,45 @@ class PreferencePairs:
             )
         return pairs
 
-    def _read_pair(self, row: Mapping[str, Any], where: str) -> PreferencePair | None:
+    def _read_row(self, row: Mapping[str, Any], where: str) -> tuple[list[PreferencePair], int]:
+        """The row's pairs, one per comparison, and how many tied comparisons it dropped."""
         schema = _SCHEMAS[self.schema]
-        prompt, first, second, label, subset = schema.read(row, where)
-        if first.strip() == second.strip():
-            raise MalformedRow(
-                f"{where}: field {schema.columns[-1]!r} is identical to {schema.columns[-2]!r}, "
-                "so the pair has no preference. Fix: remove the row."
-            )
-        if label == 0:  # a tie
-            if not self.keep_ties:
-                return None
-            label = None
+        read = schema.read(row, where)
+        key, items = (
+            (read.key, read.items) if isinstance(read, Comparisons) else (None, [("", read)])
+        )
         critiques = _critiques(row, where) if self.schema == "pairs" else None
-        texts = (prompt, first, second) + (critiques or ())
-        pair_id = self._pair_id(row, where, schema.id_field, texts)
-        pair = PreferencePair(pair_id, prompt, first, second, label, subset, critiques)
-        if schema.chosen_first and seeded_coin(self.seed, pair_id, "place"):
-            pair = pair.reversed_order()
-        return pair
+        texts = tuple(text for _, item in items for text in item[:3]) + (critiques or ())
+        row_id = self._pair_id(row, where, schema.id_field, texts, key)
+        pairs, ties = [], 0
+        for tag, (prompt, first, second, label, subset) in items:
+            if first.strip() == second.strip():
+                raise MalformedRow(
+                    f"{where}: field {schema.columns[-1]!r} is identical to "
+                    f"{schema.columns[-2]!r}, so the pair has no preference. Fix: remove the row."
+                )
+            if label == 0:  # a tie
+                if not self.keep_ties:
+                    ties += 1
+                    continue
+                label = None
+            pair_id = f"{row_id}/{tag}" if tag else row_id
+            pair = PreferencePair(pair_id, prompt, first, second, label, subset, critiques, tag)
+            if schema.chosen_first and seeded_coin(self.seed, pair_id, "place"):
+                pair = pair.reversed_order()
+            pairs.append(pair)
+        return pairs, ties
 
     def _pair_id(
-        self, row: Mapping[str, Any], where: str, default: str | None, texts: tuple[str, ...]
+        self,
+        row: Mapping[str, Any],
+        where: str,
+        default: str | None,
+        texts: tuple[str, ...],
+        key: str | None = None,
     ) -> str:
+        """``id_field``'s value, else the row's own key (a benchmark reader's), else the schema's
+        id column, else a hash of the texts."""
         if self.id_field is not None:
             if row[self.id_field] in (None, ""):
                 raise MalformedRow(
@@ -215,27 +258,11 @@ class PreferencePairs:
                     "repair or remove the row, or set id_field=null to hash the texts."
                 )
             return str(row[self.id_field])
+        if key is not None:
+            return key
         if default is not None and row.get(default) not in (None, ""):
             return str(row[default])
         return f"{self.task}-{hashlib.sha1(json.dumps(texts).encode()).hexdigest()[:12]}"
-
-
-class MalformedRow(ValueError):
-    """A data row that cannot become a pair; the message names source, row, field and fix."""
-
-
-_Read = tuple[str, str, str, int | None, str]  # prompt, response 1, response 2, label, subset
-
-
-def _text(row: Mapping[str, Any], field: str, where: str) -> str:
-    value = row.get(field)
-    if not isinstance(value, str) or not value.strip():
-        got = "missing/None" if value is None else f"{type(value).__name__} {value!r}"
-        raise MalformedRow(
-            f"{where}: field {field!r} must be a non-empty string, got {got:.100}. Fix: repair "
-            "or remove the row, or choose the schema= that matches the data."
-        )
-    return value
 
 
 def _critiques(row: Mapping[str, Any], where: str) -> tuple[str, str] | None:
@@ -249,7 +276,7 @@ def _critiques(row: Mapping[str, Any], where: str) -> tuple[str, str] | None:
             f"{where}: field 'task' must be 'preference' or 'reflection' (or absent), got "
             f"{task!r:.60}. Fix: repair the row, or rename a task column of another meaning."
         )
-    critiques = _text(row, "critique_1", where), _text(row, "critique_2", where)
+    critiques = text_field(row, "critique_1", where), text_field(row, "critique_2", where)
     if critiques[0].strip() == critiques[1].strip():
         raise MalformedRow(
             f"{where}: field 'critique_2' is identical to 'critique_1', so the reflection record "
@@ -258,15 +285,8 @@ def _critiques(row: Mapping[str, Any], where: str) -> tuple[str, str] | None:
     return critiques
 
 
-def _integer(value: Any) -> int | None:
-    """An int from an int or an integral float (CSV/parquet may store ints as floats)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return int(value) if math.isfinite(value) and value == int(value) else None
-
-
-def _read_plain(row: Mapping[str, Any], where: str) -> _Read:
-    texts = [_text(row, field, where) for field in ("prompt", "response_1", "response_2")]
+def _read_plain(row: Mapping[str, Any], where: str) -> Read:
+    texts = [text_field(row, field, where) for field in ("prompt", "response_1", "response_2")]
     return texts[0], texts[1], texts[2], _label(row, where), str(row.get("subset") or "")
 
 
@@ -274,7 +294,7 @@ def _label(row: Mapping[str, Any], where: str) -> int | None:
     value = row.get("label")
     if value is None or (isinstance(value, float) and math.isnan(value)):  # CSV: empty is NaN
         return None
-    label = _integer(value)
+    label = integer_value(value)
     if label not in (-1, 1):
         raise MalformedRow(
             f"{where}: field 'label' must be -1 (response 1 better), 1 (response 2 better) or "
@@ -284,39 +304,20 @@ def _label(row: Mapping[str, Any], where: str) -> int | None:
     return label
 
 
-def _conversation(turns: Any, where: str) -> str:
-    """HelpSteer3's context: one turn as its text, several as "User: ..\n\nAssistant: ..."."""
-    if (
-        not isinstance(turns, list)
-        or not turns
-        or not all(isinstance(t, Mapping) and isinstance(t.get("role"), str) for t in turns)
-    ):
-        raise MalformedRow(
-            f"{where}: field 'context' must be a non-empty list of {{role, content}} chat turns, "
-            f"got {turns!r:.100}. Fix: repair or remove the row."
-        )
-    texts = [_text(t, "content", f"{where}, field 'context' turn {i}") for i, t in enumerate(turns)]
-    if len(turns) == 1:
-        return texts[0]
-    return "\n\n".join(
-        f"{t['role'].capitalize()}: {text}" for t, text in zip(turns, texts, strict=True)
-    )
-
-
-def _read_helpsteer3(row: Mapping[str, Any], where: str) -> _Read:
-    prompt = _conversation(row.get("context"), where)
-    preference = _integer(row.get("overall_preference"))
+def _read_helpsteer3(row: Mapping[str, Any], where: str) -> Read:
+    prompt = conversation_text(row.get("context"), where)
+    preference = integer_value(row.get("overall_preference"))
     if preference is None or not -3 <= preference <= 3:
         raise MalformedRow(
             f"{where}: field 'overall_preference' must be an integer in -3..3, got "
             f"{row.get('overall_preference')!r}. Fix: repair or remove the row."
         )
     label = (preference > 0) - (preference < 0)  # 0 marks a tie
-    responses = _text(row, "response1", where), _text(row, "response2", where)
+    responses = text_field(row, "response1", where), text_field(row, "response2", where)
     return prompt, *responses, label, str(row.get("domain") or "")
 
 
-def _read_hh_rlhf(row: Mapping[str, Any], where: str) -> _Read:
+def _read_hh_rlhf(row: Mapping[str, Any], where: str) -> Read:
     (prompt, chosen), (other, rejected) = (_hh_turns(row, f, where) for f in ("chosen", "rejected"))
     if other != prompt:
         raise MalformedRow(
@@ -328,7 +329,7 @@ def _read_hh_rlhf(row: Mapping[str, Any], where: str) -> _Read:
 
 
 def _hh_turns(row: Mapping[str, Any], field: str, where: str) -> tuple[str, str]:
-    transcript = _text(row, field, where)
+    transcript = text_field(row, field, where)
     cut = transcript.rfind(_HH_ASSISTANT)
     prompt, reply = transcript[:cut].strip(), transcript[cut + len(_HH_ASSISTANT) :].strip()
     if cut < 0 or not prompt or not reply:
@@ -339,7 +340,7 @@ def _hh_turns(row: Mapping[str, Any], field: str, where: str) -> tuple[str, str]
     return prompt, reply
 
 
-def _read_ultrafeedback(row: Mapping[str, Any], where: str) -> _Read:
+def _read_ultrafeedback(row: Mapping[str, Any], where: str) -> Read:
     replies = []
     for field in ("chosen", "rejected"):
         messages = row.get(field)
@@ -349,31 +350,24 @@ def _read_ultrafeedback(row: Mapping[str, Any], where: str) -> _Read:
                 f"{where}: field {field!r} must be a list of {{role, content}} messages ending "
                 f"in the assistant's, got {messages!r:.100}. Fix: repair or remove the row."
             )
-        replies.append(_text(last, "content", f"{where}, field {field!r} last message"))
-    return _text(row, "prompt", where), replies[0], replies[1], -1, ""
+        replies.append(text_field(last, "content", f"{where}, field {field!r} last message"))
+    return text_field(row, "prompt", where), replies[0], replies[1], -1, ""
 
 
-def _read_rewardbench(row: Mapping[str, Any], where: str) -> _Read:
-    texts = [_text(row, field, where) for field in ("prompt", "chosen", "rejected")]
+def _read_rewardbench(row: Mapping[str, Any], where: str) -> Read:
+    texts = [text_field(row, field, where) for field in ("prompt", "chosen", "rejected")]
     return texts[0], texts[1], texts[2], -1, str(row.get("subset") or "")
 
 
-class _Schema(NamedTuple):
-    read: Callable[[Mapping[str, Any], str], _Read]
-    columns: tuple[str, ...]  # required; the last two hold the responses (named in messages)
-    id_field: str | None  # the data's own id column, used where a row has one
-
-    @property
-    def chosen_first(self) -> bool:  # (chosen, rejected): placed by a seeded coin
-        return self.columns[-1] == "rejected"
-
-
-_SCHEMAS: dict[str, _Schema] = {
-    "pairs": _Schema(_read_plain, ("prompt", "response_1", "response_2"), "id"),
-    "helpsteer3": _Schema(
+_SCHEMAS: dict[str, Schema] = {
+    "pairs": Schema(_read_plain, ("prompt", "response_1", "response_2"), "id"),
+    "helpsteer3": Schema(
         _read_helpsteer3, ("overall_preference", "context", "response1", "response2"), None
     ),
-    "hh_rlhf": _Schema(_read_hh_rlhf, ("chosen", "rejected"), None),
-    "ultrafeedback": _Schema(_read_ultrafeedback, ("prompt", "chosen", "rejected"), "prompt_id"),
-    "rewardbench": _Schema(_read_rewardbench, ("prompt", "chosen", "rejected"), "id"),
+    "hh_rlhf": Schema(_read_hh_rlhf, ("chosen", "rejected"), None, chosen_first=True),
+    "ultrafeedback": Schema(
+        _read_ultrafeedback, ("prompt", "chosen", "rejected"), "prompt_id", chosen_first=True
+    ),
+    "rewardbench": Schema(_read_rewardbench, ("prompt", "chosen", "rejected"), "id", True),
+    **BENCHMARK_SCHEMAS,  # RM-Bench, RMB, JudgeBench, PPE-Preference
 }
