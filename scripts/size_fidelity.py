@@ -2,34 +2,56 @@
 decoder; per size, training loss, reconstruction fidelity, probe outcomes, effective rank of the
 memory and the decoder's entropy.
 
-CPU preset (default, no downloads, about 10 minutes alone on 2 cores with 2 seeds): the decoder
-is the random ``builtin:tiny-llama`` given the offline text sample's language first
-(``pretrain_on_texts``; a random frozen decoder cannot be steered), the compressors are random
-Llamas of growing width and depth with the same tokenizer, each pretrained on the same text for
-the same number of steps (so each has a prior of its own), then trained as compressors through
-``CompressorDecoderModule`` and validated with ``CompressionDiagnostics``. GPU preset: real
-families by flags, e.g.
+Two presets; every setting a run uses is resolved first and printed at start (``--print-settings``
+prints it and exits without training). A flag given explicitly overrides the preset's value.
+
+- ``cpu`` (default, no downloads, about 10 minutes alone on 2 cores with 2 seeds): the decoder is
+  the random ``builtin:tiny-llama`` given the offline text sample's language first
+  (``pretrain_on_texts``; a random frozen decoder cannot be steered), the compressors are random
+  Llamas of growing width and depth with the same tokenizer, each pretrained on the same text for
+  the same number of steps (so each has a prior of its own); 400 steps of 16-token contexts into
+  8 memory tokens, AdamW lr 1e-2, full fine-tuning, float32.
+- ``gpu``: exactly the presets ``configs/compressor/qwen2.5_{0.5b,1.5b,7b}.yaml`` (ICAE's
+  pretraining recipe, arXiv 2307.06945; every setting and deviation in docs/recipes.md): Qwen2.5
+  0.5B / 1.5B / 7B compressors against the frozen Qwen2.5-1.5B decoder, LoRA rank 128 on q/v,
+  512-token contexts into 128 memory tokens, lr 1e-4 with 300 warmup steps then linear decay,
+  256 contexts per step, 5000 steps, float32 compressor under bf16-mixed, bf16 decoder, MiniPile
+  (``JeanKaddour/minipile``) by hub id.
 
     python scripts/size_fidelity.py [--seeds 0 1] [--steps 400] [--out runs/size_fidelity]
-    python scripts/size_fidelity.py --preset gpu --decoder Qwen/Qwen2.5-1.5B \\
-        --compressors Qwen/Qwen2.5-0.5B Qwen/Qwen2.5-1.5B Qwen/Qwen2.5-7B --text <hub id or file>
+    python scripts/size_fidelity.py --preset gpu --print-settings
+    python scripts/size_fidelity.py --preset gpu --seeds 0 [--compressors Qwen/Qwen2.5-0.5B ...]
 
-Writes ``<out>/results.md`` (mean ± std over seeds per compressor) and ``<out>/size_fidelity.png``.
+Each compressor is trained through ``CompressorDecoderModule`` and validated with
+``CompressionDiagnostics``. Writes ``<out>/results.md`` (mean ± std over seeds per compressor),
+``<out>/runs.json``, ``<out>/settings.json`` and ``<out>/size_fidelity.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
 from _runs import mean_spread
 
-SAMPLE = Path(__file__).resolve().parents[1] / "lit_rlhf" / "data" / "samples" / "text_sample.jsonl"
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "lit_rlhf" / "data" / "samples" / "text_sample.jsonl"
+GPU_CONFIGS = [
+    REPO / "configs" / "compressor" / f"qwen2.5_{s}.yaml" for s in ("0.5b", "1.5b", "7b")
+]
 # (hidden, layers, heads): the CPU compressors, from 0.05M to 3.6M non-embedding parameters
 CPU_SIZES = [(32, 1, 2), (64, 2, 4), (128, 3, 4), (256, 4, 4), (384, 6, 6)]
+CPU: dict[str, Any] = {"steps": 400, "pretrain_steps": 300, "context_tokens": 16}
+CPU |= {"memory_tokens": 8, "batch_size": 8, "lr": 1e-2, "lora_rank": 0, "val_chunks": 64}
+CPU |= {"probes": 12}
 COLUMNS = [
     ("train/ae_loss", "train AE loss (last 50)"),
     ("val/ae_loss", "val AE loss"),
@@ -46,23 +68,24 @@ COLUMNS = [
 ]
 
 
-def cpu_models(root: Path, pretrain_steps: int) -> tuple[str, list[str]]:
-    """The pretrained tiny decoder and the pretrained random compressors (cached in ``root``)."""
+def cpu_name(hidden: int, layers: int) -> str:
+    return f"compressor-h{hidden}-l{layers}"
+
+
+def cpu_models(root: Path, pretrain_steps: int) -> None:
+    """Build the pretrained tiny decoder and random compressors in ``root`` (cached there)."""
     from lit_rlhf.models.pretrain import pretrain_on_texts
     from lit_rlhf.models.tiny import TinyModelSpec, write_tiny_model
 
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
 
-    def pretrained(name: str, source: str) -> str:
+    def pretrained(name: str, source: str) -> None:
         out = root / name
         if not (out / "config.json").exists():
             pretrain_on_texts(source, texts, out, steps=pretrain_steps, seed=0)
-        return str(out)
 
-    decoder = pretrained("decoder", "builtin:tiny-llama")
-    compressors = []
+    pretrained("decoder", "builtin:tiny-llama")
     for hidden, layers, heads in CPU_SIZES:
-        name = f"compressor-h{hidden}-l{layers}"
         spec = TinyModelSpec(
             hidden_size=hidden,
             num_layers=layers,
@@ -70,11 +93,128 @@ def cpu_models(root: Path, pretrain_steps: int) -> tuple[str, list[str]]:
             num_kv_heads=heads,
             intermediate_size=2 * hidden,
         )
-        random_dir = root / f"{name}-random"
+        random_dir = root / f"{cpu_name(hidden, layers)}-random"
         if not (random_dir / "config.json").exists():
             write_tiny_model(random_dir, spec)
-        compressors.append(pretrained(name, str(random_dir)))
-    return decoder, compressors
+        pretrained(cpu_name(hidden, layers), str(random_dir))
+
+
+# ------------------------------------------------------------------ settings
+def preset_run(path: Path) -> dict[str, Any]:
+    """One run's settings, exactly as the GPU preset ``path`` gives them: the module's
+    arguments, the data module's, both text sources' and the trainer's."""
+    config = yaml.safe_load(path.read_text())
+    data = copy.deepcopy(config["data"]["init_args"])
+    train, val = data.pop("train")["init_args"], data.pop("val")["init_args"]
+    trainer = {
+        k: config["trainer"][k] for k in ("accelerator", "devices", "precision", "max_steps")
+    }
+    model = copy.deepcopy(config["model"]["init_args"])
+    return {
+        "config": str(path.relative_to(REPO)),
+        "model": model,
+        "data": data,
+        "train_text": train,
+        "val_text": val,
+        "trainer": trainer,
+    }
+
+
+def gpu_settings() -> dict[str, Any]:
+    """The GPU preset: the runs of ``GPU_CONFIGS``, smallest compressor first."""
+    runs = [preset_run(path) for path in GPU_CONFIGS]
+    decoders = {run["model"]["decoder"] for run in runs}
+    assert len(decoders) == 1, f"the GPU presets name several decoders: {sorted(decoders)}"
+    callbacks = yaml.safe_load(GPU_CONFIGS[0].read_text())["trainer"]["callbacks"]
+    probes = next(c["init_args"]["probes"] for c in callbacks if "Compression" in c["class_path"])
+    return {"preset": "gpu", "decoder": decoders.pop(), "probes": probes, "runs": runs}
+
+
+def cpu_settings(root: Path) -> dict[str, Any]:
+    """The CPU preset: the tiny decoder and the five random compressors built in ``root``."""
+    decoder = str(root / "decoder")
+    chunks = {
+        "path": str(SAMPLE),
+        "context_tokens": CPU["context_tokens"],
+        "continuation_tokens": 0,
+    }
+    runs = []
+    for hidden, layers, _ in CPU_SIZES:
+        model: dict[str, Any] = {"compressor": str(root / cpu_name(hidden, layers))}
+        model["decoder"] = decoder
+        model |= {"num_memory_tokens": CPU["memory_tokens"], "lr": CPU["lr"]}
+        model |= {"lora_rank": CPU["lora_rank"], "dtype": "float32", "decoder_dtype": "float32"}
+        runs.append(
+            {
+                "config": None,
+                "model": model,
+                "data": {"tokenizer": decoder, "batch_size": CPU["batch_size"]},
+                "train_text": {**chunks, "seed": 0},
+                "val_text": {**chunks, "max_chunks": CPU["val_chunks"], "seed": 1000},
+                "trainer": {
+                    "accelerator": "cpu",
+                    "devices": 1,
+                    "precision": "32-true",
+                    "max_steps": CPU["steps"],
+                },
+            }
+        )
+    settings = {"preset": "cpu", "decoder": decoder, "probes": CPU["probes"], "runs": runs}
+    return settings | {"pretrain_steps": CPU["pretrain_steps"]}
+
+
+def with_compressors(settings: dict[str, Any], compressors: list[str]) -> None:
+    """GPU: runs for ``compressors``; one the presets name keeps its preset, another takes the
+    first preset's settings with its own compressor."""
+    by_name = {run["model"]["compressor"]: run for run in settings["runs"]}
+    runs = []
+    for name in compressors:
+        run = copy.deepcopy(by_name.get(name, settings["runs"][0]))
+        if name not in by_name:
+            run["config"] = f"{run['config']} (settings), compressor {name}"
+            run["model"]["compressor"] = name
+        runs.append(run)
+    settings["runs"] = runs
+
+
+def apply_flags(settings: dict[str, Any], opts: argparse.Namespace) -> None:
+    """The flags given explicitly (not None) override the preset's settings of every run."""
+    if opts.compressors:
+        if settings["preset"] == "cpu":
+            raise SystemExit("--compressors is for --preset gpu (the CPU sizes are built here)")
+        with_compressors(settings, opts.compressors)
+    for key in ("probes", "pretrain_steps"):
+        if getattr(opts, key) is not None:
+            settings[key] = getattr(opts, key)
+    if opts.decoder:
+        settings["decoder"] = opts.decoder
+    for run in settings["runs"]:
+        model, data, train, val = run["model"], run["data"], run["train_text"], run["val_text"]
+        if opts.decoder:
+            model["decoder"] = data["tokenizer"] = opts.decoder
+        if opts.text:
+            for chunks in (train, val):
+                chunks.update(path=opts.text, name=None, split="train", text_field="text")
+        if opts.context_tokens is not None:
+            model["context_tokens"] = opts.context_tokens
+            train["context_tokens"] = val["context_tokens"] = opts.context_tokens
+            data["max_prompt_length"] = max(data.get("max_prompt_length", 512), opts.context_tokens)
+        if opts.memory_tokens is not None:
+            model.update(num_memory_tokens=opts.memory_tokens, compression_rate=None)
+        pairs = [(model, "lr", opts.lr), (model, "lora_rank", opts.lora_rank)]
+        pairs += [(data, "batch_size", opts.batch_size), (val, "max_chunks", opts.val_chunks)]
+        pairs += [(run["trainer"], "max_steps", opts.steps)]
+        for target, key, value in pairs:
+            if value is not None:
+                target[key] = value
+
+
+def resolve(opts: argparse.Namespace) -> dict[str, Any]:
+    """Every setting of the sweep: the preset's, then the explicit flags."""
+    settings = gpu_settings() if opts.preset == "gpu" else cpu_settings(opts.out / "models")
+    apply_flags(settings, opts)
+    settings["seeds"] = list(opts.seeds)
+    return settings
 
 
 class LossTrace:
@@ -94,56 +234,51 @@ class LossTrace:
         return _Trace()
 
 
-def run_one(compressor: str, decoder: str, seed: int, opts: argparse.Namespace) -> dict[str, Any]:
-    """Train one compressor and validate it; returns the metrics, parameter count and time."""
+def build(run: dict[str, Any], seed: int, probes: int) -> tuple[Any, Any, Any, Any, Any]:
+    """(data module, module, training trainer, validation trainer, loss trace) of one run, from
+    its settings alone (plus the sweep's seed and probe count)."""
     import lightning as L
 
     from lit_rlhf.callbacks import CompressionDiagnostics
     from lit_rlhf.data import PromptDataModule, TextChunks
     from lit_rlhf.modules import CompressorDecoderModule
 
-    chunks = {"path": opts.text, "context_tokens": opts.context_tokens, "continuation_tokens": 0}
     data = PromptDataModule(
-        tokenizer=decoder,
-        batch_size=opts.batch_size,
+        **run["data"],
         seed=seed,
-        train=TextChunks(**chunks, seed=seed),
-        val=TextChunks(**chunks, max_chunks=opts.val_chunks, seed=1000),
+        train=TextChunks(**run["train_text"]),
+        val=TextChunks(**run["val_text"]),
     )
-    L.seed_everything(seed, verbose=False)
-    module = CompressorDecoderModule(
-        compressor=compressor,
-        decoder=decoder,
-        tokenizer=data.tokenizer,
-        num_memory_tokens=opts.memory_tokens,
-        lr=opts.lr,
-        lora_rank=opts.lora_rank,
-        dtype=opts.dtype,
-        decoder_dtype=opts.dtype,
-    )
+    module = CompressorDecoderModule(**run["model"], tokenizer=data.tokenizer)
+    quiet: dict[str, Any] = {
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
     trace = LossTrace.make()
     trainer = L.Trainer(
-        accelerator=opts.accelerator,
-        devices=1,
-        max_steps=opts.steps,
-        logger=False,
+        **run["trainer"],
+        **quiet,
         enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         limit_val_batches=0,
         callbacks=[trace],
     )
+    hardware = {k: run["trainer"][k] for k in ("accelerator", "devices", "precision")}
+    validator = L.Trainer(
+        **hardware, **quiet, callbacks=[CompressionDiagnostics(probes=probes, probe_seed=0)]
+    )
+    return data, module, trainer, validator, trace
+
+
+def run_one(run: dict[str, Any], seed: int, probes: int) -> dict[str, Any]:
+    """Train one compressor and validate it; returns the metrics, parameter count and time."""
+    import lightning as L
+
+    L.seed_everything(seed, verbose=False)
+    data, module, trainer, validator, trace = build(run, seed, probes)
     start = time.perf_counter()
     trainer.fit(module, datamodule=data)
     seconds = time.perf_counter() - start
-    validator = L.Trainer(
-        accelerator=opts.accelerator,
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[CompressionDiagnostics(probes=opts.probes, probe_seed=0)],
-    )
     (metrics,) = validator.validate(module, datamodule=data, verbose=False)
     assert module.compressor is not None
     params = sum(p.numel() for p in module.compressor.lm.parameters())
@@ -190,45 +325,48 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--preset", choices=["cpu", "gpu"], default="cpu")
-    parser.add_argument("--decoder", help="gpu: the frozen decoder (hub id or folder)")
-    parser.add_argument("--compressors", nargs="+", help="gpu: compressors, smallest first")
     parser.add_argument(
-        "--text", default=str(SAMPLE), help="TextChunks path (file, folder, hub id)"
+        "--print-settings", action="store_true", help="print the resolved settings and exit"
     )
+    parser.add_argument("--decoder", help="the frozen decoder (hub id or folder)")
+    parser.add_argument("--compressors", nargs="+", help="gpu: compressors, smallest first")
+    parser.add_argument("--text", help="TextChunks path (file, folder, hub id) for both splits")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--pretrain-steps", type=int, default=300)
-    parser.add_argument("--context-tokens", type=int, default=16)
-    parser.add_argument("--memory-tokens", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--lora-rank", type=int, default=0)
-    parser.add_argument("--val-chunks", type=int, default=64)
-    parser.add_argument("--probes", type=int, default=12)
     parser.add_argument("--out", type=Path, default=Path("runs/size_fidelity"))
-    opts = parser.parse_args()
-    gpu = opts.preset == "gpu"
-    opts.accelerator, opts.dtype = ("gpu", "bfloat16") if gpu else ("cpu", "float32")
+    # None: the preset's value (printed at start)
+    for flag in ("steps", "pretrain-steps", "context-tokens", "memory-tokens", "batch-size"):
+        parser.add_argument(f"--{flag}", type=int)
+    for flag in ("lora-rank", "val-chunks", "probes"):
+        parser.add_argument(f"--{flag}", type=int)
+    parser.add_argument("--lr", type=float)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    opts = parse(argv)
+    settings = resolve(opts)
+    text = json.dumps(settings, indent=1)
+    print(f"size_fidelity settings (preset {settings['preset']}):\n{text}", flush=True)
+    if opts.print_settings:
+        return settings
     opts.out.mkdir(parents=True, exist_ok=True)
-    if gpu:
-        if not (opts.decoder and opts.compressors):
-            parser.error("--preset gpu needs --decoder and --compressors")
-        decoder, compressors = opts.decoder, opts.compressors
-    else:
-        decoder, compressors = cpu_models(opts.out / "models", opts.pretrain_steps)
+    (opts.out / "settings.json").write_text(text + "\n")
+    if settings["preset"] == "cpu":
+        cpu_models(opts.out / "models", settings["pretrain_steps"])
     results: dict[str, list[dict[str, Any]]] = {}
-    for compressor in compressors:
-        name = Path(compressor).name
-        results[name] = [run_one(compressor, decoder, seed, opts) for seed in opts.seeds]
+    for run in settings["runs"]:
+        name = Path(run["model"]["compressor"]).name
+        results[name] = [run_one(run, seed, settings["probes"]) for seed in settings["seeds"]]
         print(name, [round(r["seconds"], 1) for r in results[name]], "s", flush=True)
-    text = table(results)
-    (opts.out / "results.md").write_text(text + "\n")
+    table_text = table(results)
+    (opts.out / "results.md").write_text(table_text + "\n")
     (opts.out / "runs.json").write_text(json.dumps(results, indent=1, default=float))
     plot(results, opts.out / "size_fidelity.png")
-    print(text)
+    print(table_text)
+    return settings
 
 
 if __name__ == "__main__":
