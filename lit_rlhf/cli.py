@@ -10,6 +10,13 @@ The optimizer comes from each module's settings (``lr``, ``weight_decay``, ...):
 ``--optimizer`` / ``--lr_scheduler`` are not offered (a module with manual optimisation would
 ignore the one and never step the other).
 
+``trainer.precision`` also takes ``auto`` (:class:`LitRLHFTrainer`, LightningCLI's
+``trainer_class``): ``bf16-mixed`` on a CUDA GPU with bf16 and on a CPU with native bf16
+(``avx512_bf16`` / ``amx_bf16``), else ``32-true``, logged with the reason; an explicit precision
+is used as given. Whatever the precision, each module's ``setup`` refuses trainable weights that
+would be stepped in 16 bits without float32 master weights
+(:func:`~lit_rlhf.training.check_trainable_precision`).
+
 With ``--ckpt_path``, LightningCLI replaces the config's model settings by the checkpoint's saved
 hyperparameters. lit-rlhf keeps that for ``fit`` (a resume continues the run it resumes) and
 warns about every setting of the config it overrides; for ``validate``, ``test`` and ``predict``
@@ -38,17 +45,39 @@ import pickle
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lightning import LightningDataModule, LightningModule, Trainer
+from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT
 from lightning.pytorch.cli import LightningCLI
 
 from lit_rlhf.cli_errors import LitRLHFParser, root_cause
 from lit_rlhf.strategies.shutdown import shutdown_distributed
 from lit_rlhf.training.checkpoint_io import use_atomic_checkpoint_io
 from lit_rlhf.training.faults import CheckpointOnInterrupt
+from lit_rlhf.training.precision import resolve_precision
 
 _EVALUATE = ("validate", "test", "predict")
+
+
+class LitRLHFTrainer(Trainer):
+    """Lightning's Trainer, with ``precision: auto``.
+
+    Every argument but ``precision`` is Lightning's, passed on as given.
+
+    Args:
+        precision: Lightning's precision, or ``auto``: ``bf16-mixed`` on a CUDA GPU with bf16
+            and on a CPU with native bf16 (avx512_bf16 / amx_bf16), else ``32-true``; resolved
+            before Lightning sees it and logged with the reason
+            (:func:`~lit_rlhf.training.precision.resolve_precision`). An explicit value is
+            never changed.
+    """
+
+    def __init__(
+        self, *, precision: _PRECISION_INPUT | Literal["auto"] | None = None, **kwargs: Any
+    ) -> None:
+        resolved = resolve_precision(precision, kwargs.get("accelerator", "auto"))
+        super().__init__(precision=resolved, **kwargs)
 
 
 class LitRLHFCLI(LightningCLI):
@@ -158,6 +187,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
         # the modules build their own optimizers (manual optimisation): a CLI --optimizer would
         # be ignored and an --lr_scheduler never stepped, so the CLI does not offer them
         auto_configure_optimizers=False,
+        trainer_class=LitRLHFTrainer,  # trainer.precision: auto
         args=args,
         run=run,
     )

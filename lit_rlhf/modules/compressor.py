@@ -46,6 +46,7 @@ from lit_rlhf.training import (
     freeze,
 )
 from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
+from lit_rlhf.training.precision import check_trainable_precision
 
 AE, LM = 0, 1  # the markers' rows: autoencoding, continuation
 
@@ -67,7 +68,10 @@ class CompressorDecoderModule(LightningModule):
     micro_batch_size: contexts per forward/backward.
     max_new_tokens: reconstruction length limit at evaluation (None: the context length + 8).
     reconstruct_on_validation: generate reconstructions in validation (the fidelity metrics).
-    dtype, decoder_dtype: the two networks' weights.
+    dtype, decoder_dtype: the two networks' weights. The compressor trains: a 16-bit ``dtype``
+        only under DeepSpeed's bf16 optimizer (float32 master weights), else float32 with
+        ``trainer.precision: bf16-mixed`` (refused at setup, before any load). The frozen
+        decoder may be 16-bit.
     max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
         (``fault/skipped_steps``, checkpointed); this many in a row stop the run.
     """
@@ -112,6 +116,10 @@ class CompressorDecoderModule(LightningModule):
     @property
     def hp(self) -> Any:
         return self.hparams
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # the strategy is known and no weights are loaded yet
+            check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
 
     def configure_model(self) -> None:
         strategy = self._trainer.strategy if self._trainer is not None else None

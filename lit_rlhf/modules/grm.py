@@ -46,6 +46,7 @@ from lit_rlhf.training import (
     RewardTerm,
     RolloutCollector,
     build_policy_networks,
+    check_trainable_precision,
 )
 from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 
@@ -62,7 +63,10 @@ class GenerativeRewardModule(LightningModule):
     ppo_epochs, mini_batch_size, micro_batch_size, clip_low, clip_high, loss_agg,
         scale_by_std: the GRPO update (see ``PPOModule``).
     kl_coef, kl_estimator: KL to the frozen starting judge, in the loss (0: no reference).
-    lr, weight_decay, max_grad_norm, dtype, gradient_checkpointing: optimisation.
+    lr, weight_decay, max_grad_norm, dtype, gradient_checkpointing: optimisation (a 16-bit
+        ``dtype`` trains only under DeepSpeed's bf16 optimizer; otherwise float32 with
+        ``trainer.precision: bf16-mixed``: refused at setup, before any load).
+    reference_dtype: the frozen reference's dtype (None: ``dtype``); it may be 16-bit.
     eval_samples: judge outputs per pair at validation / test / predict.
     inference: ``single`` (needs ``eval_samples: 1``), ``majority`` or ``reflective`` (N >= 2);
         default: ``single`` for one sample, else ``majority``.
@@ -99,6 +103,7 @@ class GenerativeRewardModule(LightningModule):
         weight_decay: float = 0.0,
         max_grad_norm: float | None = 1.0,
         dtype: Dtype = "float32",
+        reference_dtype: Dtype | None = None,
         gradient_checkpointing: bool = False,
         eval_samples: int = 1,
         inference: Inference | None = None,
@@ -173,6 +178,7 @@ class GenerativeRewardModule(LightningModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the data against the update and the context, before models load
+            check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
             self._require_reward_terms()
             self.rl.check_data(self)
 
@@ -188,6 +194,7 @@ class GenerativeRewardModule(LightningModule):
             hp.model,
             strategy=strategy,
             dtype=hp.dtype,
+            reference_dtype=hp.reference_dtype,
             reference=self.kl_coef > 0,
             gradient_checkpointing=hp.gradient_checkpointing,
         )

@@ -31,6 +31,7 @@ from lit_rlhf.training import (
     PPOSettings,
     RolloutCollector,
     build_policy_networks,
+    check_trainable_precision,
 )
 from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 from lit_rlhf.types import Experience, Rollout
@@ -65,7 +66,10 @@ class PPOModule(LightningModule):
         lr, critic_lr, weight_decay, max_grad_norm: AdamW and clipping settings (one optimizer,
             two param groups, so DeepSpeed accepts it; under DeepSpeed, ``max_grad_norm`` becomes
             its ``gradient_clipping``).
-        dtype: weight dtype of the networks.
+        dtype: weight dtype of the trained networks (policy, critic). A 16-bit dtype trains
+            only under DeepSpeed's bf16 optimizer (float32 master weights); otherwise use
+            float32 with ``trainer.precision: bf16-mixed`` (refused at setup, before any load).
+        reference_dtype: the frozen reference's dtype (None: ``dtype``); it may be 16-bit.
         recompute_old_log_probs: recompute rollout log-probs with a forward pass instead of
             trusting the engine's (use with engines whose numerics differ, e.g. vLLM).
         gradient_checkpointing: trade compute for activation memory.
@@ -113,6 +117,7 @@ class PPOModule(LightningModule):
         weight_decay: float = 0.0,
         max_grad_norm: float | None = 1.0,
         dtype: Dtype = "float32",
+        reference_dtype: Dtype | None = None,
         recompute_old_log_probs: bool = False,
         gradient_checkpointing: bool = False,
         val_greedy: bool = True,
@@ -157,6 +162,7 @@ class PPOModule(LightningModule):
     # ----------------------------------------------------------------- setup
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the data against the update and the context, before models load
+            check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
             self.rl.check_data(self)
 
     def configure_model(self) -> None:
@@ -172,6 +178,7 @@ class PPOModule(LightningModule):
             hp.model,
             strategy=strategy,
             dtype=hp.dtype,
+            reference_dtype=hp.reference_dtype,
             critic=hp.critic if hp.advantage == "gae" else None,
             critic_model=hp.critic_model,
             reference=self.kl_coef > 0,

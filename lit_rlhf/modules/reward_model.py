@@ -29,6 +29,7 @@ from lit_rlhf.rollout.weight_sync import gathered
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import EpochEndLoaderReset, GlobalRNGState, OptimizerStep
 from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
+from lit_rlhf.training.precision import check_trainable_precision
 
 
 def chosen_and_rejected(rows: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int]]:
@@ -57,7 +58,9 @@ class RewardModelModule(LightningModule):
     micro_batch_size: pairs per forward/backward (gradient accumulation within a batch).
     max_length: tokens per sequence (longer ones are cut from the left, keeping the response).
     chat_template: render (query, response) with the tokenizer's chat template.
-    dtype: the model's weights.
+    dtype: the model's weights; 16-bit only under DeepSpeed's bf16 optimizer (float32 master
+        weights), else float32 with ``trainer.precision: bf16-mixed`` (refused at setup, before
+        any load).
     export_dir: where the trained model and tokenizer are saved at the end of ``fit``
         (``save_pretrained``; None, or a ``fast_dev_run``: not saved); under DeepSpeed ZeRO-3
         the partitions are gathered first.
@@ -104,6 +107,10 @@ class RewardModelModule(LightningModule):
     @property
     def hp(self) -> Any:
         return self.hparams
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # the strategy is known and no weights are loaded yet
+            check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
 
     def configure_model(self) -> None:
         strategy = self._trainer.strategy if self._trainer is not None else None

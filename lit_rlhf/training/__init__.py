@@ -17,6 +17,9 @@
   clipped policy update, driven by a validated settings record; :class:`PolicyStep` runs one
   rollout -> experience -> updates -> logs cycle on a module's networks, and
   :func:`build_policy_networks` builds them (policy, critic, frozen reference).
+- :func:`check_trainable_precision` / :func:`resolve_precision` (:mod:`.precision`): trainable
+  weights are never stepped in 16 bits without float32 masters; ``precision: auto`` resolved
+  for the hardware.
 - The callback protocols (:mod:`lit_rlhf.training.protocols`): loss terms, reward terms,
   gradient hooks and per-task gradients (the backward task by task, :mod:`.task_backward`), with
   :class:`Gradients` as the strategy-aware gradient accessor.
@@ -33,6 +36,7 @@ from lit_rlhf.training.networks import PolicyNetworks, build_policy_networks
 from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.policy_step import PolicyStep
 from lit_rlhf.training.ppo_update import MicroBatch, PPOUpdate
+from lit_rlhf.training.precision import check_trainable_precision, resolve_precision
 from lit_rlhf.training.protocols import (
     GradientHook,
     PolicyLossContext,
@@ -72,6 +76,7 @@ __all__ = [
     "TaskGradientHook",
     "build_experience",
     "build_policy_networks",
+    "check_trainable_precision",
     "compute_advantages",
     "critic_values",
     "experience_stats",
@@ -79,6 +84,7 @@ __all__ = [
     "gradient_hooks",
     "minibatches",
     "policy_loss_terms",
+    "resolve_precision",
     "reward_terms",
     "rollout_stats",
     "task_gradient_hook",

@@ -27,6 +27,7 @@ def build_policy_networks(
     *,
     strategy: Any = None,
     dtype: Dtype = "float32",
+    reference_dtype: Dtype | None = None,
     critic: str | None = None,
     critic_model: str | None = None,
     reference: bool = False,
@@ -34,8 +35,10 @@ def build_policy_networks(
 ) -> PolicyNetworks:
     """Load the policy from ``model`` (hub id, folder, ``builtin:``); ``critic``: ``separate``
     (a value network from ``critic_model`` or ``model``), ``value_head`` (a head on the policy's
-    hidden states) or None; ``reference``: a frozen copy of the starting policy. Under ZeRO-3
-    (``strategy``) the pretrained weights load straight into the partitions."""
+    hidden states) or None; ``reference``: a frozen copy of the starting policy, in
+    ``reference_dtype`` (None: ``dtype``; frozen, it may be 16-bit while the trained policy is
+    float32). Under ZeRO-3 (``strategy``) the pretrained weights load straight into the
+    partitions."""
     with transformers_zero3_context(strategy):
         policy = load_causal_lm(model, dtype=dtype)
         if gradient_checkpointing:
@@ -47,5 +50,6 @@ def build_policy_networks(
             value = CriticModel.from_pretrained(critic_model or model, dtype=dtype)
         elif critic is not None:
             raise ValueError(f"critic must be 'separate', 'value_head' or None, got {critic!r}")
-        ref = freeze(load_causal_lm(model, dtype=dtype)) if reference else None
+        ref_dtype = reference_dtype or dtype
+        ref = freeze(load_causal_lm(model, dtype=ref_dtype)) if reference else None
     return PolicyNetworks(policy, value, ref)
