@@ -6,9 +6,14 @@ Every cross-component link lives here:
   skips the link, as it does every instantiation link whose target is not among the chosen
   class's init args (tests/test_cli.py).
 
-The optimizer comes from each module's settings (``lr``, ``weight_decay``, ...): LightningCLI's
-``--optimizer`` / ``--lr_scheduler`` are not offered (a module with manual optimisation would
-ignore the one and never step the other).
+The optimizer and its learning-rate schedule come from each module's settings (``lr``,
+``weight_decay``, ..., and ``lr_warmup_steps`` / ``lr_warmup_ratio``, ``lr_schedule``,
+``min_lr_ratio``, ``lr_interval``, ``lr_total_steps``: :mod:`lit_rlhf.training.lr_schedule`).
+LightningCLI's ``--optimizer`` / ``--lr_scheduler`` are not offered: an ``--lr_scheduler`` takes
+effect only together with an ``--optimizer``, which would replace the module's own optimizer and
+its param groups (PPO's policy and critic lrs, trainable parameters only); Lightning never steps a
+scheduler under manual optimisation, and a scheduler handed to DeepSpeed is stepped on every
+``engine.step()``, not once per rollout batch as the authors' verl recipes step it.
 
 ``trainer.precision`` also takes ``auto`` (:class:`LitRLHFTrainer`, LightningCLI's
 ``trainer_class``): ``bf16-mixed`` on a CUDA GPU with bf16 and on a CPU with native bf16
@@ -184,8 +189,9 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
         subclass_mode_data=True,
         save_config_kwargs={"overwrite": True},
         parser_class=LitRLHFParser,  # a refused config prints its cause last
-        # the modules build their own optimizers (manual optimisation): a CLI --optimizer would
-        # be ignored and an --lr_scheduler never stepped, so the CLI does not offer them
+        # the modules build their own optimizers and lr schedules (manual optimisation): a CLI
+        # --optimizer would replace their param groups and an --lr_scheduler never be stepped,
+        # so the CLI does not offer them (the module docstring says why)
         auto_configure_optimizers=False,
         trainer_class=LitRLHFTrainer,  # trainer.precision: auto
         args=args,

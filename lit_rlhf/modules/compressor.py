@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning import Callback, LightningModule
@@ -42,6 +42,7 @@ from lit_rlhf.training import (
     EpochEndLoaderReset,
     FrozenModules,
     GlobalRNGState,
+    LRScheduleSettings,
     OptimizerStep,
     freeze,
 )
@@ -65,6 +66,9 @@ class CompressorDecoderModule(LightningModule):
         ``lora_target_modules`` with ``lora_alpha`` and ``lora_dropout`` (ICAE: 0.05), the base
         frozen. The memory embeddings, projection and markers always train.
     lr, weight_decay, max_grad_norm: AdamW and clipping.
+    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
+        lr schedule (warmup, then constant / linear / cosine; see ``PPOModule``; one optimizer
+        step per batch here, so both intervals count the same).
     micro_batch_size: contexts per forward/backward.
     max_new_tokens: reconstruction length limit at evaluation (None: the context length + 8).
     reconstruct_on_validation: generate reconstructions in validation (the fidelity metrics).
@@ -93,6 +97,12 @@ class CompressorDecoderModule(LightningModule):
         lr: float = 1e-4,
         weight_decay: float = 0.0,
         max_grad_norm: float | None = 1.0,
+        lr_warmup_steps: int = 0,
+        lr_warmup_ratio: float = 0.0,
+        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
+        min_lr_ratio: float = 0.0,
+        lr_interval: Literal["batch", "optimizer_step"] = "batch",
+        lr_total_steps: int | None = None,
         micro_batch_size: int = 8,
         max_new_tokens: int | None = None,
         reconstruct_on_validation: bool = True,
@@ -106,7 +116,9 @@ class CompressorDecoderModule(LightningModule):
         self.k = num_memory_tokens or _rate_to_k(compression_rate, context_tokens)
         self.automatic_optimization = False
         self.step_optimizer = OptimizerStep(
-            max_grad_norm=max_grad_norm, max_consecutive_skips=max_consecutive_skips
+            max_grad_norm=max_grad_norm,
+            max_consecutive_skips=max_consecutive_skips,
+            lr_schedule=LRScheduleSettings.from_hparams(self.hparams),  # validates
         )
         self.frozen = FrozenModules("decoder")
         self.tokenizer = tokenizer
@@ -316,7 +328,7 @@ class CompressorDecoderModule(LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.frozen.drop(checkpoint)
-        self.step_optimizer.save_to(checkpoint)  # skip counts
+        self.step_optimizer.save_to(checkpoint)  # skip counts, lr schedule counters
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.frozen.restore(self, checkpoint)

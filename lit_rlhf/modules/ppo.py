@@ -27,6 +27,7 @@ from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.training import (
     EpochEndLoaderReset,
     GlobalRNGState,
+    LRScheduleSettings,
     PolicyStep,
     PPOSettings,
     RolloutCollector,
@@ -66,6 +67,13 @@ class PPOModule(LightningModule):
         lr, critic_lr, weight_decay, max_grad_norm: AdamW and clipping settings (one optimizer,
             two param groups, so DeepSpeed accepts it; under DeepSpeed, ``max_grad_norm`` becomes
             its ``gradient_clipping``).
+        lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps:
+            the lr schedule shared by every module (:mod:`lit_rlhf.training.lr_schedule`): a
+            linear warmup over ``lr_warmup_steps`` or the fraction ``lr_warmup_ratio`` of all
+            scheduled steps (not both), then ``constant``, ``linear`` or ``cosine`` down to
+            ``min_lr_ratio`` x lr (of each param group); stepped once per rollout batch (``batch``,
+            as verl) or per optimizer step; ``lr_total_steps`` null: derived from the trainer.
+            Logged as ``train/lr``.
         dtype: weight dtype of the trained networks (policy, critic). A 16-bit dtype trains
             only under DeepSpeed's bf16 optimizer (float32 master weights); otherwise use
             float32 with ``trainer.precision: bf16-mixed`` (refused at setup, before any load).
@@ -82,8 +90,9 @@ class PPOModule(LightningModule):
             (on every rank; logged as ``fault/skipped_steps``); this many in a row stop the run
             with a FloatingPointError (1: stop at the first).
 
-    The update settings are validated into a :class:`~lit_rlhf.training.PPOSettings` when the
-    module is built (before any model loads).
+    The update settings are validated into a :class:`~lit_rlhf.training.PPOSettings`, the lr
+    schedule's into a :class:`~lit_rlhf.training.LRScheduleSettings`, when the module is built
+    (before any model loads).
     """
 
     def __init__(
@@ -116,6 +125,12 @@ class PPOModule(LightningModule):
         critic_lr: float = 1e-5,
         weight_decay: float = 0.0,
         max_grad_norm: float | None = 1.0,
+        lr_warmup_steps: int = 0,
+        lr_warmup_ratio: float = 0.0,
+        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
+        min_lr_ratio: float = 0.0,
+        lr_interval: Literal["batch", "optimizer_step"] = "batch",
+        lr_total_steps: int | None = None,
         dtype: Dtype = "float32",
         reference_dtype: Dtype | None = None,
         recompute_old_log_probs: bool = False,
@@ -129,6 +144,7 @@ class PPOModule(LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
         self.settings = PPOSettings.from_hparams(self.hparams)  # validates
+        self.lr_settings = LRScheduleSettings.from_hparams(self.hparams)  # validates
         _check_module_settings(self.hparams)
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
@@ -139,6 +155,7 @@ class PPOModule(LightningModule):
             max_grad_norm=max_grad_norm,
             seed=seed,
             max_consecutive_skips=max_consecutive_skips,
+            lr_schedule=self.lr_settings,
         )
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it

@@ -13,7 +13,7 @@ folder that ``transformers`` loads back (``export_dir``), which
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +27,12 @@ from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
 from lit_rlhf.models.scoring import conversation_text, score_texts
 from lit_rlhf.rollout.weight_sync import gathered
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
-from lit_rlhf.training import EpochEndLoaderReset, GlobalRNGState, OptimizerStep
+from lit_rlhf.training import (
+    EpochEndLoaderReset,
+    GlobalRNGState,
+    LRScheduleSettings,
+    OptimizerStep,
+)
 from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.training.precision import check_trainable_precision
 
@@ -54,6 +59,9 @@ class RewardModelModule(LightningModule):
         head; a saved reward model continues).
     tokenizer: a tokenizer object; the CLI links the DataModule's.
     lr, weight_decay, max_grad_norm: AdamW and clipping.
+    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
+        lr schedule (warmup, then constant / linear / cosine; see ``PPOModule``; one optimizer
+        step per batch here, so both intervals count the same).
     margin: subtracted from ``r_chosen - r_rejected`` inside the loss (0: plain Bradley-Terry).
     micro_batch_size: pairs per forward/backward (gradient accumulation within a batch).
     max_length: tokens per sequence (longer ones are cut from the left, keeping the response).
@@ -75,6 +83,12 @@ class RewardModelModule(LightningModule):
         lr: float = 1e-5,
         weight_decay: float = 0.0,
         max_grad_norm: float | None = 1.0,
+        lr_warmup_steps: int = 0,
+        lr_warmup_ratio: float = 0.0,
+        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
+        min_lr_ratio: float = 0.0,
+        lr_interval: Literal["batch", "optimizer_step"] = "batch",
+        lr_total_steps: int | None = None,
         margin: float = 0.0,
         micro_batch_size: int = 8,
         max_length: int = 1024,
@@ -97,7 +111,9 @@ class RewardModelModule(LightningModule):
             )
         self.automatic_optimization = False
         self.step_optimizer = OptimizerStep(
-            max_grad_norm=max_grad_norm, max_consecutive_skips=max_consecutive_skips
+            max_grad_norm=max_grad_norm,
+            max_consecutive_skips=max_consecutive_skips,
+            lr_schedule=LRScheduleSettings.from_hparams(self.hparams),  # validates
         )
         self.tokenizer = tokenizer
         self.model: Any = None
@@ -199,7 +215,7 @@ class RewardModelModule(LightningModule):
         return [GlobalRNGState(), EpochEndLoaderReset()]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.step_optimizer.save_to(checkpoint)  # skip counts
+        self.step_optimizer.save_to(checkpoint)  # skip counts, lr schedule counters
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_checkpoint_weights(self, checkpoint, settings=("model",))  # another base model
