@@ -261,7 +261,8 @@ class LRSchedule:
                 "sets no end (max_epochs and max_steps -1, or a loader without a length). Fix: "
                 "set model.init_args.lr_total_steps, or trainer.max_steps."
             )
-        if self._saved_total is not None and total != self._saved_total:
+        moved = self._saved_total is not None and total != self._saved_total
+        if moved and settings.needs_total:  # a constant lr (and its warmup) ignores the total
             rank_zero_warn(
                 f"the lr schedule's total changed from {self._saved_total} to {total} steps "
                 "since the checkpoint (other trainer limits): the lr follows the new total."

@@ -180,6 +180,20 @@ def test_refused_schedule_for_the_derived_total() -> None:
     assert lrs == pytest.approx([1e-3, 1e-3])
 
 
+def test_schedule_resumed_under_other_trainer_limits_warns_and_follows_the_new_total() -> None:
+    group = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([group], lr=1e-3)
+    first = LRSchedule(LRScheduleSettings(lr_schedule="linear", min_lr_ratio=0.5))
+    first.apply(SimpleNamespace(max_epochs=1, num_training_batches=10, max_steps=-1), optimizer)
+    resumed = LRSchedule(first.settings)
+    resumed.load_state_dict(first.state_dict())  # 1 batch done of a total of 10
+    with pytest.warns(UserWarning, match="total changed from 10 to 5 steps"):
+        lr = resumed.apply(
+            SimpleNamespace(max_epochs=1, num_training_batches=5, max_steps=-1), optimizer
+        )
+    assert lr == pytest.approx(1e-3 * (1 - 0.5 * 1 / 5))  # count 1 of the new total 5: 0.9 lr
+
+
 def test_cli_lr_scheduler_refusal_names_the_schedule_settings(capsys) -> None:
     with pytest.raises(SystemExit):
         cli_main(["fit", "--config", str(REPO / COUNTDOWN), "--lr_scheduler=StepLR"])
