@@ -1,15 +1,21 @@
 """Multi-domain RL, four ways, with one command (the comparison of MGS, arXiv 2602.02301, at the
-scale this machine allows): mixed RL (no surgery), global PCGrad, MGS (PCGrad per attention / MLP
-module) and sequential RL (one domain after another, by step ranges).
+scale this machine allows): mixed RL (no surgery), global PCGrad, MGS (PCGrad per parameter group,
+at the base config's granularity) and sequential RL (one domain after another, by step ranges).
 
-Each (arm, seed) is one ``python -m lit_rlhf.cli fit`` run of the base config plus a fragment;
-the per-domain training rewards (``reward/<domain>/score``, logged by ``RewardByTask``) are read
+Each (arm, seed) is one ``python -m lit_rlhf.cli fit`` run of the base config (and the preset's
+trainer fragment) plus a fragment; the per-domain training rewards (``reward/<domain>/score``,
+logged by ``RewardByTask``) and held-out validation rewards (``val/reward/<domain>``) are read
 back from the runs' ``metrics.csv``. Writes ``<out>/results.md`` (per arm and domain: mean ± std
-over seeds of the last ``--last`` steps' reward) and ``<out>/curves.png`` (per-domain reward
-curves, one panel per domain).
+over seeds of the last ``--last`` steps' training reward, and of the last validation) and
+``<out>/curves.png`` (per-domain reward curves, one panel per domain).
 
     python scripts/compare_multidomain.py --preset cpu --seeds 0 1 2   # tiny model, ~4 min
-    python scripts/compare_multidomain.py --preset gpu --seeds 0 1 2   # the authors' recipe (DDP)
+    python scripts/compare_multidomain.py --preset gpu --seeds 0 1 2   # the authors' recipe
+
+The ``gpu`` preset is ``configs/ppo/multidomain_mgs_qwen2.5-7b.yaml`` (Qwen2.5-7B, every setting
+of the authors, docs/recipes.md) under ``configs/trainer/deepspeed_zero2.yaml``; its MGS arm
+keeps the preset's granularity (``tensor``, the authors' code) and every arm validates on
+MATH-500, WildChat-IF val and IFEval.
 
 The ``cpu`` preset trains the random tiny Llama of ``configs/ppo/multidomain_tiny.yaml`` for
 ``--steps`` steps: it checks that the four arms run and log, it cannot show MGS's gains (the
@@ -39,8 +45,12 @@ from _runs import (
 )
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "cpu": {"config": Path("configs/ppo/multidomain_tiny.yaml"), "steps": 12},
-    "gpu": {"config": Path("configs/ppo/multidomain_mgs_qwen2.5-1.5b.yaml"), "steps": None},
+    "cpu": {"config": Path("configs/ppo/multidomain_tiny.yaml"), "fragment": None, "steps": 12},
+    "gpu": {
+        "config": Path("configs/ppo/multidomain_mgs_qwen2.5-7b.yaml"),
+        "fragment": Path("configs/trainer/deepspeed_zero2.yaml"),
+        "steps": None,
+    },
 }
 ARMS = ("mixed", "pcgrad", "mgs", "sequential")
 DOMAINS = ("math", "chat", "ifeval")
@@ -51,7 +61,7 @@ def arm_fragment(arm: str, base: Path, out: Path, seed: int, steps: int | None) 
     """The fragment of one (arm, seed) run on top of the base config."""
     callbacks = [c for c in base_callbacks(base) if c.get("class_path") != _MGS]
     if arm in ("pcgrad", "mgs"):
-        granularity = "global" if arm == "pcgrad" else "module"
+        granularity = "global" if arm == "pcgrad" else base_granularity(base)
         callbacks.append({"class_path": _MGS, "init_args": {"granularity": granularity,
                                                            "seed": seed}})  # fmt: skip
     fragment = run_fragment(out, arm, seed, callbacks, seed_model=True)
@@ -64,8 +74,17 @@ def arm_fragment(arm: str, base: Path, out: Path, seed: int, steps: int | None) 
     return fragment
 
 
+def base_granularity(base: Path) -> str:
+    """The MGS arm's granularity: the base config's callback's, else ``module``."""
+    for callback in base_callbacks(base):
+        if callback.get("class_path") == _MGS:
+            return str((callback.get("init_args") or {}).get("granularity", "module"))
+    return "module"
+
+
 def run_all(opts: argparse.Namespace) -> dict[str, list[Path]]:
     base: Path = opts.config or PRESETS[opts.preset]["config"]
+    trainer_fragment: Path | None = PRESETS[opts.preset]["fragment"]
     steps = opts.steps or PRESETS[opts.preset]["steps"]
     csvs: dict[str, list[Path]] = {arm: [] for arm in opts.arms}
     for arm in opts.arms:
@@ -73,7 +92,8 @@ def run_all(opts: argparse.Namespace) -> dict[str, list[Path]]:
             fragment = write_fragment(
                 opts.out / f"{arm}-seed{seed}.yaml", arm_fragment(arm, base, opts.out, seed, steps)
             )
-            command = cli_command("fit", [base, fragment])
+            configs = [base, *([trainer_fragment] if trainer_fragment else []), fragment]
+            command = cli_command("fit", configs)
             print(f"{arm} seed {seed}: {' '.join(command)}", flush=True)
             if not opts.dry_run:
                 print(f"  {run_timed(command):.0f} s", flush=True)
@@ -81,7 +101,9 @@ def run_all(opts: argparse.Namespace) -> dict[str, list[Path]]:
     return csvs
 
 
-def summarise(csvs: dict[str, list[Path]], last: int) -> str:
+def summarise(csvs: dict[str, list[Path]], last: int, key: str = "reward/{domain}/score") -> str:
+    """Per arm and domain, mean ± std over seeds of the mean of the last ``last`` values of
+    ``key`` (training: ``reward/<domain>/score``; held-out: ``val/reward/<domain>``, last=1)."""
     lines = ["| arm | " + " | ".join(DOMAINS) + " |", "|---|" + "---|" * len(DOMAINS)]
     for arm, paths in csvs.items():
         cells = []
@@ -89,7 +111,7 @@ def summarise(csvs: dict[str, list[Path]], last: int) -> str:
             values = [
                 mean_last(xs, last)
                 for p in paths
-                if p.exists() and (xs := series(read_rows(p), f"reward/{domain}/score"))
+                if p.exists() and (xs := series(read_rows(p), key.format(domain=domain)))
             ]
             cells.append(mean_spread(values))
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
@@ -141,6 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     if opts.dry_run:
         return
     table = summarise(csvs, opts.last)
+    held_out = summarise(csvs, 1, key="val/reward/{domain}")
+    if held_out.count("n/a") < len(csvs) * len(DOMAINS):  # some arm validated
+        table += "\n\nHeld-out validation reward (the last validation):\n\n" + held_out
     surgery = surgery_table(csvs)
     if surgery:
         table += "\n\nGradient conflicts seen by the surgery (mean over steps):\n\n" + surgery

@@ -138,3 +138,29 @@ def test_the_hub_source_refuses_rows_it_cannot_read(tmp_path: Path) -> None:
         InstructionPrompts(str(path), name=None, split="train").load()
     with pytest.raises(ValueError, match="no column 'messages'"):
         InstructionPrompts(str(path), name=None, split="train", messages_field="messages").load()
+
+
+def test_the_mgs_presets_never_train_on_their_evaluation_prompts() -> None:
+    import yaml
+
+    from lit_rlhf.cli import cli_main
+
+    # the CPU preset, built as the CLI builds it: its IFEval rows are validation only
+    cli = cli_main(["--config", "configs/ppo/multidomain_tiny.yaml"], run=False)
+    data = cli.datamodule
+    data.setup("fit")
+    train_if = [r["question"] for r in data.train_data if r["task"] == "ifeval"]
+    held_out = EvaluationPrompts([data.val_source])
+    assert len(train_if) >= 8 and len(held_out) == 6
+    assert "ifeval" in set(data.val_data["task"])
+    assert not [q for q in train_if if held_out.contains_one(q)]
+    # the GPU preset (hub data, not loaded here): IFEval is excluded from training and held out
+    config = yaml.safe_load(Path("configs/ppo/multidomain_mgs_qwen2.5-7b.yaml").read_text())
+    data_args = config["data"]["init_args"]
+    train = data_args["train"]["init_args"]["sources"]
+    val_paths = [s["init_args"]["path"] for s in data_args["val"]["init_args"]["sources"]]
+    assert "google/IFEval" in val_paths
+    assert not {s["init_args"].get("path") for s in train} & set(val_paths)
+    (instruction,) = [s for s in train if s["class_path"].endswith(".InstructionPrompts")]
+    excluded = [e["init_args"]["path"] for e in instruction["init_args"]["exclude"]]
+    assert excluded == ["google/IFEval"]
