@@ -9,10 +9,15 @@ records) and, per hard pair, one correct analysis against one wrong one (reflect
         --response-prefix " <Result>{subject} 1 is" \\
         --response-suffix " than {subject} 2</Result>" \\
         --max-new-tokens 1 --samples 8 --out runs/reflectrm/records.jsonl
-    # GPU: the authors' setting (Qwen3-4B, N = 8, up to 1024 generated tokens) through vLLM
+    # GPU: the authors' setting (Qwen3-4B, N = 8, T = 1.0, up to 1024 generated tokens, the
+    # no-think switch appended to every question) through vLLM
     python scripts/build_reflectrm_data.py --model Qwen/Qwen3-4B --pairs nvidia/HelpSteer3 \\
         --schema helpsteer3 --engine vllm --dtype bfloat16 --samples 8 --max-new-tokens 1024 \\
-        --out runs/reflectrm/helpsteer3.jsonl
+        --question-suffix " /no_think" --out runs/reflectrm/helpsteer3.jsonl
+
+The judgments are read as training reads them (``lit_rlhf.algos.judge``: a leading think trace
+is stripped, text after ``</Result>`` is malformed); ``--question-suffix`` and
+``--chat-template-kwargs`` must match the training config's data section.
 
 Train on the output with ``mode: reflectrm`` (``configs/grm/reflectrm_tiny.yaml``,
 ``configs/grm/reflectrm_qwen3-4b.yaml``).
@@ -67,6 +72,8 @@ def judge_items(opts: argparse.Namespace) -> tuple[list[dict[str, Any]], list[li
         tokenizer=opts.model, train=_source(opts), batch_size=opts.batch_size,
         max_prompt_length=opts.max_prompt_length, response_prefix=opts.response_prefix,
         use_chat_template=not opts.no_chat_template, shuffle=False,
+        question_suffix=opts.question_suffix,
+        chat_template_kwargs=json.loads(opts.chat_template_kwargs or "{}"),
     )  # fmt: skip
     data.setup("fit")
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -109,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tags", nargs="+", default=["Analysis", "Result"])
     parser.add_argument("--response-prefix", default="", help="the assistant pre-fill")
     parser.add_argument("--no-chat-template", action="store_true", help="raw prompts")
+    parser.add_argument(
+        "--question-suffix", default="", help='appended to each question, e.g. " /no_think"'
+    )
+    parser.add_argument(
+        "--chat-template-kwargs", help='JSON for apply_chat_template: {"enable_thinking": false}'
+    )
     parser.add_argument("--response-suffix", default="")
     parser.add_argument("--samples", type=int, default=8, help="judgments per pair (N)")
     parser.add_argument("--ratio", type=int, default=4, help="preference records per reflection")

@@ -212,12 +212,14 @@ class JudgeFormat:
     ``"<Result>Response 1 is"``) and ``suffix`` (a fixed ending, for a judge that generates only
     the verdict word, e.g. ``" than Response 2</Result>"``). ``{subject}`` in the prefix or
     suffix stands for the subject of the judgment (``"<Result>{subject} 1 is"``), so one format
-    reads ReflectRM's response and critique verdicts alike."""
+    reads ReflectRM's response and critique verdicts alike. ``allow_trailing_text`` accepts text
+    after the last block (:func:`judge_format_ok`; the ConsistRM authors' rule refuses it)."""
 
     tags: tuple[str, ...] = JUDGE_TAGS
     subject: str = "Response"
     prefix: str = ""
     suffix: str = ""
+    allow_trailing_text: bool = False
 
     def __post_init__(self) -> None:
         if not self.tags:
@@ -238,4 +240,9 @@ class JudgeFormat:
         """:func:`judge_verdict` of the whole judgment; ``subject`` overrides the format's (a
         row of ReflectRM's mixed data says whether it compares responses or critiques)."""
         subject = subject or self.subject
-        return judge_verdict(self.text(output, subject), tags=self.tags, subject=subject)
+        return judge_verdict(
+            self.text(output, subject),
+            tags=self.tags,
+            subject=subject,
+            allow_trailing_text=self.allow_trailing_text,
+        )

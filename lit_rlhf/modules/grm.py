@@ -41,6 +41,7 @@ from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.training import (
     EpochEndLoaderReset,
     GlobalRNGState,
+    LRScheduleSettings,
     PolicyStep,
     PPOSettings,
     RewardTerm,
@@ -60,13 +61,20 @@ class GenerativeRewardModule(LightningModule):
     engine: generation engine (HF generate by default, the decode loop or vLLM).
     tokenizer: a tokenizer object; the CLI links the DataModule's.
     samples_per_prompt: K rollouts per judge prompt (the GRPO group).
-    ppo_epochs, mini_batch_size, micro_batch_size, clip_low, clip_high, loss_agg,
-        scale_by_std: the GRPO update (see ``PPOModule``).
+    ppo_epochs, mini_batch_size, micro_batch_size, clip_low, clip_high, dual_clip, loss_agg,
+        scale_by_std: the GRPO update (see ``PPOModule``; ``mini_batch_size`` counts sequences,
+        prompts x ``samples_per_prompt``, per rank).
+    recompute_old_log_probs: recompute the rollout's log-probs with the trainer's forward pass
+        instead of the engine's (verl always does; set it with vLLM when a rollout gets more
+        than one optimizer step, since vLLM's numerics differ from the trainer's).
     kl_coef, kl_estimator: KL to the frozen starting judge, in the loss (0: no reference).
     lr, weight_decay, max_grad_norm, dtype, gradient_checkpointing: optimisation (a 16-bit
         ``dtype`` trains only under DeepSpeed's bf16 optimizer; otherwise float32 with
         ``trainer.precision: bf16-mixed``: refused at setup, before any load).
     reference_dtype: the frozen reference's dtype (None: ``dtype``); it may be 16-bit.
+    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
+        lr schedule (warmup, then constant / linear / cosine; once per rollout batch or per
+        optimizer step; see ``PPOModule``).
     eval_samples: judge outputs per pair at validation / test / predict.
     inference: ``single`` (needs ``eval_samples: 1``), ``majority`` or ``reflective`` (N >= 2);
         default: ``single`` for one sample, else ``majority``.
@@ -95,13 +103,21 @@ class GenerativeRewardModule(LightningModule):
         micro_batch_size: int = 8,
         clip_low: float = 0.2,
         clip_high: float = 0.2,
+        dual_clip: float | None = None,
         loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean",
         scale_by_std: bool = True,
+        recompute_old_log_probs: bool = False,
         kl_coef: float = 0.0,
         kl_estimator: Literal["k1", "k2", "k3"] = "k3",
         lr: float = 1e-6,
         weight_decay: float = 0.0,
         max_grad_norm: float | None = 1.0,
+        lr_warmup_steps: int = 0,
+        lr_warmup_ratio: float = 0.0,
+        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
+        min_lr_ratio: float = 0.0,
+        lr_interval: Literal["batch", "optimizer_step"] = "batch",
+        lr_total_steps: int | None = None,
         dtype: Dtype = "float32",
         reference_dtype: Dtype | None = None,
         gradient_checkpointing: bool = False,
@@ -119,6 +135,7 @@ class GenerativeRewardModule(LightningModule):
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
         _check_settings(self.hp)
         self.settings = PPOSettings.from_hparams({**self.hparams, "advantage": "grpo"})
+        self.lr_settings = LRScheduleSettings.from_hparams(self.hparams)  # validates
         self.judge_format = JudgeFormat(tuple(tags), subject, response_prefix, response_suffix)
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
@@ -138,6 +155,7 @@ class GenerativeRewardModule(LightningModule):
             max_grad_norm=max_grad_norm,
             seed=seed,
             max_consecutive_skips=max_consecutive_skips,
+            lr_schedule=self.lr_settings,
         )
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)
@@ -231,11 +249,16 @@ class GenerativeRewardModule(LightningModule):
             getattr(dm, "system_prompt", None),
             getattr(dm, "use_chat_template", True),
         )
+        template_kwargs, suffix = (  # e.g. Qwen3's thinking switch, as the data renders it
+            getattr(dm, "chat_template_kwargs", None),
+            getattr(dm, "question_suffix", ""),
+        )
 
         def render(question: str, prefix: str) -> str:
             return render_chat_prompt(
                 self.tokenizer, question, system_prompt=system, use_chat_template=use_chat,
-                response_prefix=prefix,
+                response_prefix=prefix, chat_template_kwargs=template_kwargs,
+                question_suffix=suffix,
             )  # fmt: skip
 
         chat = bool(use_chat and getattr(self.tokenizer, "chat_template", None))

@@ -285,3 +285,9 @@ def test_response_text_is_the_whole_judgment_without_its_think_trace():
     judged = f"<think></think>\n{HEAD}<Result>{R1}</Result>\n"
     assert response_text(judged) == f"{HEAD}<Result>{R1}</Result>"
     assert critique_text(judged) == HEAD.strip()
+
+
+def test_a_judge_format_can_allow_trailing_text():
+    trailing = f"{HEAD}<Result>{R1}</Result>\n\nQuestion: the next few-shot example"
+    assert JudgeFormat().verdict(trailing) is None
+    assert JudgeFormat(allow_trailing_text=True).verdict(trailing) == -1

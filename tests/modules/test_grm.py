@@ -150,9 +150,27 @@ def test_bad_settings_are_refused_at_construction():
 
 def test_the_response_prefix_reaches_the_default_reward():
     module = GenerativeRewardModule(tags=("Result",), response_prefix=" <Result>Response")
-    completion = " 2 is better than Response 1</Result> trailing"
-    out = module.rollouts.reward(["p"], [completion], [{"label": 1}])
-    assert out.scores.tolist() == pytest.approx([1.1])  # parsed with the prefix: right verdict
+    completion = " 2 is better than Response 1</Result>"
+    out = module.rollouts.reward(
+        ["p"] * 2, [completion, completion + " trailing"], [{"label": 1}] * 2
+    )
+    # parsed with the prefix: right verdict; text after </Result> is malformed (authors' rule)
+    assert out.scores.tolist() == pytest.approx([1.1, -3.0])
+
+
+def test_recomputed_old_log_probs_and_dual_clip_reach_the_update():
+    # the ConsistRM presets: two optimizer steps per rollout on vLLM, verl's dual clip (c = 3)
+    module = GenerativeRewardModule(
+        samples_per_prompt=8, mini_batch_size=32, recompute_old_log_probs=True, dual_clip=3.0
+    )
+    assert module.settings.recompute_old_log_probs and module.settings.dual_clip == 3.0
+    assert not module.settings.single_update(64)  # 64 sequences, 32 per step: two steps
+    # the engine's log-probs are not asked for: the trainer's forward computes them
+    assert not module.rl.needs_sample_log_probs(module, 64)
+    plain = GenerativeRewardModule(samples_per_prompt=8, mini_batch_size=32)
+    assert plain.rl.needs_sample_log_probs(plain, 64)  # without it, the engine's are read
+    with pytest.raises(ValueError, match="dual_clip"):
+        GenerativeRewardModule(dual_clip=0.5)
 
 
 def test_a_one_word_verdict_after_the_short_template_prefix():
