@@ -20,15 +20,23 @@ the ``unified`` run's final checkpoint with reflective inference.
     python scripts/compare_grm.py --preset cpu --seeds 0 1 --arms rft --steps 30
     python scripts/compare_grm.py --preset cpu --study reflectrm --seeds 0 1
     python scripts/compare_grm.py --preset gpu --seeds 0 1 2   # Qwen3-8B on HelpSteer3
+    python scripts/compare_grm.py --preset gpu --study reflectrm   # Qwen3-4B, ReflectRM's recipe
 
-Departures from the paper: the ``cpu`` preset judges synthetic copy pairs with a one-word
-verdict (SmolLM2-135M writes no usable critiques), so it has no critique reward, and trains
-for 60 steps; the paper trains Qwen3-8B on HelpSteer3 with critiques. ConsistRM's arm uses the
-base config's ``VerdictReward`` in ``format`` mode (same scores, no gold label). ReflectRM's
-arms on the ``cpu`` preset compare verdict-only judgments, so the "analyses" that reflection
-compares are the verdict sentences themselves; the ``gpu`` preset runs them on the base config's
-model (Qwen3-8B; the paper's is Qwen3-4B, ``configs/grm/reflectrm_qwen3-4b.yaml``) with the
-ReflectRM format (Analysis, Result).
+The ``gpu`` preset is the authors' recipes (docs/recipes.md), each run composed with the
+DeepSpeed ZeRO-3 fragment its preset's header names: ConsistRM's study starts from
+``configs/grm/rft_qwen3-8b.yaml`` (the ConsistRM arm then equals
+``configs/grm/consistrm_qwen3-8b.yaml``: the label-free reward, the memory seeded from 8 votes
+of the starting judge by ``scripts/seed_consistrm_memory.py`` into ``<out>/consistrm-memory.jsonl``
+first, and the critique bonus on Qwen3-Embedding-4B with last-token pooling, L2-normalised,
+1,024 tokens); ReflectRM's study starts from ``configs/grm/reflectrm_qwen3-4b.yaml`` (Qwen3-4B,
+the records built with Qwen3-4B, ``/no_think``), its ``base`` / ``rft`` arms on HelpSteer3 pairs in
+the ReflectRM format.
+
+Departures from the paper on the ``cpu`` preset: it judges synthetic copy pairs with a one-word
+verdict (SmolLM2-135M writes no usable critiques), so it has no critique reward and no memory
+seed, and trains for 60 steps; ReflectRM's arms there compare verdict-only judgments, so the
+"analyses" that reflection compares are the verdict sentences themselves. ConsistRM's arm uses
+the base config's ``VerdictReward`` in ``format`` mode (same scores, no gold label).
 """
 
 from __future__ import annotations
@@ -64,18 +72,31 @@ _CPU_REFLECTRM = {
     "max_steps": 60,  # the rft arm's budget (its 240 pairs x 2 orders / 8 per step)
 }  # fmt: skip
 _GPU_REFLECTRM = {
+    "config": Path("configs/grm/reflectrm_qwen3-4b.yaml"),  # the study's base config
     "template": "reflectrm-v1",
     "tags": ["Analysis", "Result"],
     "prefix": "",
     "suffix": "",
-    "build": ["--model", "Qwen/Qwen3-8B", "--pairs", "nvidia/HelpSteer3", "--schema",
-              "helpsteer3", "--engine", "vllm", "--dtype", "bfloat16", "--max-new-tokens", "1024"],
+    "build": ["--model", "Qwen/Qwen3-4B", "--pairs", "nvidia/HelpSteer3", "--schema",
+              "helpsteer3", "--engine", "vllm", "--dtype", "bfloat16", "--max-new-tokens", "1024",
+              "--question-suffix", " /no_think"],
+    # what base / rft train on: the pairs themselves, in the ReflectRM format
+    # (id_field null: the base config's records set one, and a fragment merges into them)
+    "pairs": {"path": "nvidia/HelpSteer3", "schema": "helpsteer3", "split": "train",
+              "id_field": None},
     "max_steps": None,  # the records' epochs (the paper: 3)
 }  # fmt: skip
+# ConsistRM's critique embedder on the gpu preset: the authors' (docs/recipes.md)
+_GPU_CRITIQUE = {
+    "embedder": "Qwen/Qwen3-Embedding-4B", "pooling": "last", "normalize": True,
+    "max_length": 1024, "dtype": "float16", "text": "response", "bonus": 0.1,
+}  # fmt: skip
 PRESETS: dict[str, dict[str, Any]] = {
-    "cpu": {"config": Path("configs/grm/rft_smollm2.yaml"), "steps": None, "critique": False,
-            "reflectrm": _CPU_REFLECTRM},
-    "gpu": {"config": Path("configs/grm/rft_qwen3-8b.yaml"), "steps": None, "critique": True,
+    "cpu": {"config": Path("configs/grm/rft_smollm2.yaml"), "trainer": None, "steps": None,
+            "critique": None, "seed_memory": None, "reflectrm": _CPU_REFLECTRM},
+    "gpu": {"config": Path("configs/grm/rft_qwen3-8b.yaml"),
+            "trainer": Path("configs/trainer/deepspeed_zero3.yaml"), "steps": None,
+            "critique": _GPU_CRITIQUE, "seed_memory": ["--engine", "vllm", "--dtype", "bfloat16"],
             "reflectrm": _GPU_REFLECTRM},
 }  # fmt: skip
 STUDIES = {
@@ -104,23 +125,36 @@ def arm_fragment(arm: str, base: Path, out: Path, seed: int, opts: argparse.Name
         if isinstance(model.get("reward"), dict):  # the base's VerdictReward, label-free
             reward = {**model["reward"]}
             reward["init_args"] = {**reward.get("init_args", {}), "mode": "format"}
+        if PRESETS[opts.preset]["seed_memory"]:
+            answer["initial_memory"] = str(memory_path(out))
         callbacks = [
             *callbacks,
             {"class_path": "lit_rlhf.callbacks.ConsistencyAnswerReward", "init_args": answer},
         ]
-        if PRESETS[opts.preset]["critique"]:
-            callbacks.append({"class_path": "lit_rlhf.callbacks.CritiqueConsistencyReward"})
+        critique = PRESETS[opts.preset]["critique"]
+        if critique:
+            callbacks.append(
+                {"class_path": "lit_rlhf.callbacks.CritiqueConsistencyReward",
+                 "init_args": dict(critique)}
+            )  # fmt: skip
     fragment = run_fragment(out, arm, seed, callbacks, seed_model=True)
     modes = {"consistrm": "consistrm", "unified": "reflectrm", "reflectrm": "reflectrm"}
     fragment["model"]["init_args"]["mode"] = modes.get(arm, "rft")
     if reward is not None:
         fragment["model"]["init_args"]["reward"] = reward
+    fmt = PRESETS[opts.preset]["reflectrm"]
     if arm in ("unified", "reflectrm"):
-        _reflectrm_format(fragment, config, PRESETS[opts.preset]["reflectrm"], records_path(out))
-    if arm in ("base-reflective", "reflectrm"):
-        fragment["model"]["init_args"].update(
-            eval_samples=REFLECTIVE_SAMPLES, inference="reflective"
-        )
+        _reflectrm_format(fragment, config, fmt, records_path(out))
+    elif opts.study == "reflectrm" and "pairs" in fmt:  # base / rft on the pairs, same format
+        train = {**fmt["pairs"], "template": fmt["template"]}
+        fragment["data"]["init_args"]["train"] = {
+            "class_path": "lit_rlhf.data.PreferencePairs", "init_args": train
+        }  # fmt: skip
+    reflective = arm in ("base-reflective", "reflectrm")
+    fragment["model"]["init_args"].update(
+        eval_samples=REFLECTIVE_SAMPLES if reflective else 1,
+        inference="reflective" if reflective else "single",
+    )
     steps = opts.steps or PRESETS[opts.preset]["steps"]
     if steps:
         fragment["trainer"]["limit_train_batches"] = steps
@@ -156,6 +190,30 @@ def records_path(out: Path) -> Path:
     return out / "reflectrm-records.jsonl"
 
 
+def memory_path(out: Path) -> Path:
+    return out / "consistrm-memory.jsonl"
+
+
+def study_config(opts: argparse.Namespace) -> Path:
+    """The base config of the study: ``--config``, else ReflectRM's own preset for its study on
+    the gpu preset, else the preset's."""
+    preset = PRESETS[opts.preset]
+    if opts.config:
+        return Path(opts.config)
+    if opts.study == "reflectrm" and "config" in preset["reflectrm"]:
+        return Path(preset["reflectrm"]["config"])
+    return Path(preset["config"])
+
+
+def seed_memory_command(opts: argparse.Namespace, base: Path) -> list[str]:
+    """scripts/seed_consistrm_memory.py for the preset: 8 votes per training query, seed 0."""
+    script = Path(__file__).parent / "seed_consistrm_memory.py"
+    return [
+        sys.executable, str(script), "--config", str(base), "--out", str(memory_path(opts.out)),
+        "--samples", str(REFLECTIVE_SAMPLES), "--seed", "0", *PRESETS[opts.preset]["seed_memory"],
+    ]  # fmt: skip
+
+
 def build_records_command(opts: argparse.Namespace) -> list[str]:
     """scripts/build_reflectrm_data.py for the preset: N = 8 judgments per pair, seed 0."""
     fmt = PRESETS[opts.preset]["reflectrm"]
@@ -168,25 +226,35 @@ def build_records_command(opts: argparse.Namespace) -> list[str]:
     ]  # fmt: skip
 
 
-def arm_command(arm: str, base: Path, fragment: Path, out: Path, seed: int) -> list[str]:
-    """The CLI run of one arm: ``validate`` for the untrained judge and for full ReflectRM (the
-    unified run's last checkpoint), ``fit`` otherwise."""
+def arm_command(
+    arm: str, configs: list[Path], out: Path, seed: int
+) -> list[str]:  # fmt: skip
+    """The CLI run of one arm over ``configs`` (base, the preset's trainer fragment if any, the
+    arm's fragment): ``validate`` for the untrained judge and for full ReflectRM (the unified
+    run's last checkpoint), ``fit`` otherwise."""
     if arm in ("base", "base-reflective"):
-        return cli_command("validate", [base, fragment])
+        return cli_command("validate", configs)
     if arm == "reflectrm":
         found = sorted((out / "unified" / f"seed{seed}" / "checkpoints").glob("*.ckpt"))
         ckpt = str(found[-1]) if found else f"<the unified seed{seed} run's checkpoint>"
-        return [*cli_command("validate", [base, fragment]), "--ckpt_path", ckpt]
-    return cli_command("fit", [base, fragment])
+        return [*cli_command("validate", configs), "--ckpt_path", ckpt]
+    return cli_command("fit", configs)
 
 
 def run_all(opts: argparse.Namespace) -> dict[str, list[Path]]:
-    base: Path = opts.config or PRESETS[opts.preset]["config"]
+    base = study_config(opts)
+    trainer = PRESETS[opts.preset]["trainer"]
     arms = opts.arms or list(STUDIES[opts.study])
     csvs: dict[str, list[Path]] = {arm: [] for arm in arms}
-    if {"unified", "reflectrm"} & set(arms) and not records_path(opts.out).exists():
-        command = build_records_command(opts)
-        print(f"records: {' '.join(command)}", flush=True)
+    first: list[tuple[str, list[str], Path]] = [
+        ("records", build_records_command(opts), records_path(opts.out))
+    ] if {"unified", "reflectrm"} & set(arms) else []  # fmt: skip
+    if "consistrm" in arms and PRESETS[opts.preset]["seed_memory"]:
+        first.append(("memory", seed_memory_command(opts, base), memory_path(opts.out)))
+    for name, command, made in first:
+        if made.exists():
+            continue
+        print(f"{name}: {' '.join(command)}", flush=True)
         if not opts.dry_run:
             print(f"  {run_timed(command):.0f} s", flush=True)
     for arm in arms:
@@ -194,7 +262,8 @@ def run_all(opts: argparse.Namespace) -> dict[str, list[Path]]:
             fragment = write_fragment(
                 opts.out / f"{arm}-seed{seed}.yaml", arm_fragment(arm, base, opts.out, seed, opts)
             )
-            command = arm_command(arm, base, fragment, opts.out, seed)
+            configs = [base, *([trainer] if trainer else []), fragment]
+            command = arm_command(arm, configs, opts.out, seed)
             print(f"{arm} seed {seed}: {' '.join(command)}", flush=True)
             if not opts.dry_run:
                 seconds = run_timed(command)

@@ -107,7 +107,8 @@ def test_reflectrm_study_builds_records_then_trains_unified_and_reflects(
     assert "validate" in lines[-1] and "--ckpt_path" in lines[-1]
     unified = yaml.safe_load((tmp_path / "unified-seed0.yaml").read_text())
     model, data = unified["model"]["init_args"], unified["data"]["init_args"]
-    assert model["mode"] == "reflectrm" and "inference" not in model  # one greedy judgment
+    assert model["mode"] == "reflectrm"
+    assert (model["inference"], model["eval_samples"]) == ("single", 1)  # one greedy judgment
     assert model["response_prefix"] == data["response_prefix"] == " <Result>{subject} 1 is"
     assert model["reward"]["init_args"]["suffix"] == " than {subject} 2</Result>"
     assert data["train"]["init_args"]["path"] == str(tmp_path / "reflectrm-records.jsonl")
@@ -117,6 +118,71 @@ def test_reflectrm_study_builds_records_then_trains_unified_and_reflects(
     base = yaml.safe_load((tmp_path / "base-reflective-seed0.yaml").read_text())
     assert base["model"]["init_args"]["inference"] == "reflective"
     assert "response_prefix" not in base["model"]["init_args"]  # the base config's format
+
+
+def _composed(configs: list[Path]) -> dict:
+    import contextlib
+    import io
+
+    import pytest
+
+    from lit_rlhf.cli import cli_main
+
+    out = io.StringIO()
+    args = ["fit", *[a for c in configs for a in ("--config", str(c))], "--print_config"]
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        cli_main(args)
+    return yaml.safe_load(
+        "\n".join(x for x in out.getvalue().splitlines() if not x.startswith("["))
+    )
+
+
+def test_gpu_consistrm_arm_is_the_consistrm_preset_with_a_seeded_memory(tmp_path, capsys):
+    script = load_script("compare_grm")
+    script.main(["--preset", "gpu", "--dry-run", "--out", str(tmp_path), "--seeds", "0"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    # the memory is seeded first: 8 votes of the starting judge per training query
+    assert lines[0].startswith("memory: ") and "seed_consistrm_memory.py" in lines[0]
+    assert "--samples 8" in lines[0] and "--config configs/grm/rft_qwen3-8b.yaml" in lines[0]
+    # every run composes the DeepSpeed fragment the preset's header names
+    runs = [line for line in lines if " seed 0: " in line]
+    assert len(runs) == 3
+    assert all("--config configs/trainer/deepspeed_zero3.yaml" in line for line in runs)
+    fragment = tmp_path / "consistrm-seed0.yaml"
+    callbacks = yaml.safe_load(fragment.read_text())["trainer"]["callbacks"]
+    answer, critique = callbacks[-2]["init_args"], callbacks[-1]["init_args"]
+    assert answer["initial_memory"] == str(tmp_path / "consistrm-memory.jsonl")
+    # the authors' critique embedder: Qwen3-Embedding-4B, last token, L2-normalised, 1024 tokens
+    assert critique == {"embedder": "Qwen/Qwen3-Embedding-4B", "pooling": "last",
+                        "normalize": True, "max_length": 1024, "dtype": "float16",
+                        "text": "response", "bonus": 0.1}  # fmt: skip
+    # composed, the arm is configs/grm/consistrm_qwen3-8b.yaml (but for logging and seeds)
+    trainer = Path("configs/trainer/deepspeed_zero3.yaml")
+    arm = _composed([Path("configs/grm/rft_qwen3-8b.yaml"), trainer, fragment])
+    preset = _composed([Path("configs/grm/consistrm_qwen3-8b.yaml"), trainer])
+    for key in ("seed", "eval_samples", "inference"):
+        arm["model"]["init_args"].pop(key), preset["model"]["init_args"].pop(key)
+    assert arm["model"] == preset["model"]
+    arm["data"]["init_args"].pop("seed"), preset["data"]["init_args"].pop("seed")
+    assert arm["data"] == preset["data"]
+    assert arm["trainer"]["callbacks"][-1] == preset["trainer"]["callbacks"][-1]
+
+
+def test_gpu_reflectrm_study_is_qwen3_4b_with_the_no_think_switch(tmp_path, capsys):
+    script = load_script("compare_grm")
+    argv = ["--preset", "gpu", "--study", "reflectrm", "--dry-run", "--out", str(tmp_path)]
+    script.main([*argv, "--seeds", "0"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert lines[0].startswith("records: ") and "--model Qwen/Qwen3-4B" in lines[0]
+    assert "--question-suffix  /no_think" in lines[0]  # the argument is " /no_think"
+    runs = [line for line in lines if " seed 0: " in line]
+    assert all("--config configs/grm/reflectrm_qwen3-4b.yaml" in line for line in runs)
+    rft = yaml.safe_load((tmp_path / "rft-seed0.yaml").read_text())
+    train = rft["data"]["init_args"]["train"]
+    assert train["init_args"] == {"path": "nvidia/HelpSteer3", "schema": "helpsteer3",
+                                  "split": "train", "id_field": None,
+                                  "template": "reflectrm-v1"}  # fmt: skip
+    assert rft["model"]["init_args"]["mode"] == "rft"
 
 
 def test_build_reflectrm_data_writes_records_and_their_statistics(tmp_path: Path) -> None:
