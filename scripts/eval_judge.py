@@ -247,7 +247,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     reports = {}
     for name, bench, paths in benchmarks:
         rows = load_pairs(opts, bench, paths)
-        reports[name] = report(bench, evaluate(trainer, module, model, rows, opts))
+        try:
+            outcome = evaluate(trainer, module, model, rows, opts)
+        except ValueError as err:  # e.g. every prompt longer than --max-prompt-length
+            raise ValueError(f"{bench.title} ({', '.join(paths)}): {err}") from err
+        reports[name] = report(bench, outcome)
     averages = paper_averages({name: r["score"] for name, r in reports.items()})
     tables = render(reports, averages)
     print(tables)
