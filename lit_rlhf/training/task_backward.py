@@ -20,8 +20,10 @@ gradient then enters DeepSpeed through ONE ordinary engine backward of the surro
 ``sum_p <p, g_p>`` (its gradient is ``g_p``, identical on every rank, so DeepSpeed's average keeps
 it), and DeepSpeed's bucketing, clipping and step run unchanged; ``safe_get_full_grad`` then
 reads ``g`` back. ZeRO-3 is refused (it partitions the parameters themselves, so
-``autograd.grad`` has no full tensors to differentiate), and so is fp16 (the per-task backward
-runs outside DeepSpeed's loss scaler; bf16 and fp32 need none).
+``autograd.grad`` has no full tensors to differentiate; the message says what a ZeRO-3 version
+needs), and so is fp16 (the per-task backward runs outside DeepSpeed's loss scaler; bf16 and
+fp32 need none). Memory: every rank holds each task's gradient WHOLE in float32 (not
+partitioned, under DDP and ZeRO-1/2 alike), see ``ModularGradientSurgery``'s fit-start check.
 """
 
 from __future__ import annotations
@@ -46,9 +48,16 @@ def check_task_backward_supported(strategy: Any, who: str) -> None:
         return
     if strategy.zero_stage_3:
         raise NotImplementedError(
-            f"{who} needs one full gradient per task, and DeepSpeed ZeRO-3 partitions the "
-            "parameters themselves across ranks. Fix: use ZeRO stage 1 or 2 "
-            "(configs/trainer/deepspeed_zero2.yaml) or strategy ddp."
+            f"{who} needs one gradient per task, and under DeepSpeed ZeRO-3 there is none to "
+            "take: the parameters are partitioned across ranks (outside the forward a rank "
+            "holds 1/world of each tensor and param.data is an empty placeholder), so "
+            "torch.autograd.grad has no full tensors to differentiate and the surrogate backward "
+            "cannot be formed without gathering the whole model on every rank; DeepSpeed's "
+            "safe_get_local_grad / safe_set_local_grad reach only partitions that an engine "
+            "backward has already averaged over ranks, whatever task each rank held. Per-task "
+            "engine backwards into the partitions with PCGrad on partitions (all-reduced inner "
+            "products) would do it and are not implemented (docs/multidomain.md). Fix: use ZeRO "
+            "stage 1 or 2 (configs/trainer/deepspeed_zero2.yaml) or strategy ddp."
         )
     if (strategy.config or {}).get("fp16", {}).get("enabled"):
         raise NotImplementedError(
