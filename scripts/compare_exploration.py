@@ -47,9 +47,11 @@ METHODS: dict[str, dict[str, Any] | None] = {
     "vanilla": None,
     "entropy": {"class_path": f"{CALLBACKS}.EntropyBonus", "init_args": {"alpha": 0.001}},
     "forking": {"class_path": f"{CALLBACKS}.ForkingTokens", "init_args": {"top_fraction": 0.2}},
+    # the TRE authors' KL-Cov (their fork's compute_policy_loss, kl_cov=True) adds the penalty to
+    # the clipped PPO loss of the selected tokens; it does not swap in the unclipped loss
     "klcov": {
         "class_path": f"{CALLBACKS}.KLCov",
-        "init_args": {"top_fraction": 0.002, "coef": 1.0},
+        "init_args": {"top_fraction": 0.002, "coef": 1.0, "replace_clip": False},
     },
     "tre-k": {
         "class_path": f"{CALLBACKS}.TrustRegionEntropy",
@@ -88,8 +90,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "data": {},
         "model": {},
         "note": (
-            "Paper setting (Qwen2.5-1.5B-Instruct, Countdown, PPO with a learned critic, "
-            "512 prompts x 8 samples per rollout step), {steps} rollout steps."
+            "Paper setting (the authors' recipe, docs/recipes.md: Qwen2.5-1.5B-Instruct, "
+            "Countdown, PPO with a learned critic, 512 prompts x 8 samples per rollout step in "
+            "8 mini-batches), {steps} rollout steps."
         ),
     },
 }

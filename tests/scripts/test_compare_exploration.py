@@ -28,7 +28,7 @@ def test_dry_run_writes_one_fragment_per_method_with_the_authors_defaults(
         "vanilla": None,
         "entropy": ("EntropyBonus", {"alpha": 0.001}),
         "forking": ("ForkingTokens", {"top_fraction": 0.2}),
-        "klcov": ("KLCov", {"top_fraction": 0.002, "coef": 1.0}),
+        "klcov": ("KLCov", {"top_fraction": 0.002, "coef": 1.0, "replace_clip": False}),
         "tre-k": ("TrustRegionEntropy", {"alpha": 0.001, "mode": "topk", "k": 2}),
         "tre-p": ("TrustRegionEntropy", {"alpha": 0.001, "mode": "topp", "p": 0.99}),
     }
