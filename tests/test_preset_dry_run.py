@@ -49,29 +49,26 @@ The overrides (:data:`OVERRIDES`; the same list is in docs/recipes.md's introduc
 - A reward term below 0.01 from the response text (:class:`VariedReward`): a random tiny model
   earns no Countdown, MATH or verdict reward, and with every reward 0 no gradient exists.
 - ``lr_total_steps``: where the schedule needs a total (a warmup ratio, a decay) and the preset
-  derives it from the trainer, 100 (the real run's total comes from its dataset and epochs, the
-  dry run's trainer would give 1 or 2).
+  derives it from the trainer, 100, or twice ``lr_warmup_steps`` where that is more (the real
+  run's total comes from its dataset and epochs, the dry run's trainer would give 1 or 2).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import math
 import re
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
-import torch
 import yaml
 
 from lit_rlhf.cli import cli_main
+from tests.dry_run import check_lr, dry_run, expected_lr, warmup_steps
 from tests.recipes import RECIPES, check_table, load_recipes
 
 REPO = Path(__file__).parents[1]
@@ -128,6 +125,44 @@ def test_gpu_presets_are_found_by_header():
     families = {p.parent.name for p in PRESETS}
     assert families >= {"compressor", "grm", "ppo", "rm"}, families
     assert {"countdown_tre", "math_tre", "hh_tre_ultrafeedback"} <= set(names)
+    for preset in PRESETS:  # a CPU config's header never says GPU
+        trainer = (yaml.safe_load(preset.read_text()) or {}).get("trainer") or {}
+        assert trainer.get("accelerator") != "cpu", preset
+
+
+@pytest.mark.parametrize(
+    ("schedule", "count", "factor"),
+    [
+        ({}, 7, 1.0),  # constant, no warmup
+        ({"lr_warmup_ratio": 0.1}, 0, 0.0),  # a warmup starts at 0 (verl, transformers)
+        ({"lr_warmup_ratio": 0.1}, 5, 0.5),  # int(0.1 x 100) = 10 warmup steps
+        ({"lr_warmup_steps": 10, "lr_schedule": "linear"}, 55, 0.5),  # 45 of 90 decay steps
+        ({"lr_warmup_steps": 10, "lr_schedule": "linear"}, 100, 0.0),
+        ({"lr_warmup_steps": 10, "lr_schedule": "cosine", "min_lr_ratio": 0.1}, 55, 0.55),
+        ({"lr_schedule": "cosine", "min_lr_ratio": 0.1}, 100, 0.1),
+    ],
+)
+def test_expected_lr_hand_computed(schedule, count, factor):
+    args = {"lr": 2.0e-5, **schedule}
+    assert math.isclose(expected_lr(args, count, 100), 2.0e-5 * factor, abs_tol=1e-15)
+
+
+def test_vllm_presets_with_several_steps_recompute_old_log_probs():
+    config = {
+        "model": {
+            "init_args": {
+                "engine": {"class_path": "lit_rlhf.rollout.VLLMGenerationEngine"},
+                "samples_per_prompt": 8,
+                "mini_batch_size": 512,
+            }
+        },
+        "data": {"init_args": {"batch_size": 512}},
+    }
+    assert "8 optimizer steps per rollout" in vllm_old_log_probs(config)[0]
+    config["model"]["init_args"]["recompute_old_log_probs"] = True
+    assert vllm_old_log_probs(config) == []
+    config["model"]["init_args"].update(recompute_old_log_probs=False, mini_batch_size=4096)
+    assert vllm_old_log_probs(config) == []  # one step: the engine's log-probs are not read
 
 
 # ------------------------------------------------------------------ composing
@@ -143,6 +178,25 @@ def compose(preset: Path, fragment: str | None) -> dict[str, Any]:
     # importing deepspeed may print its accelerator notice ("[<time>] [WARNING] ...") first
     text = "\n".join(x for x in out.getvalue().splitlines() if not x.startswith("["))
     return yaml.safe_load(text)
+
+
+def vllm_old_log_probs(config: dict[str, Any]) -> list[str]:
+    """A vLLM preset that takes several optimizer steps per rollout must recompute the old
+    log-probs with the trainer (as verl does): vLLM's are not the trainer's numerics."""
+    args = config["model"]["init_args"]
+    engine = str((args.get("engine") or {}).get("class_path", ""))
+    batch = config["data"]["init_args"].get("batch_size") or 1
+    rollout = batch * (args.get("samples_per_prompt") or 1)
+    mini = args.get("mini_batch_size") or rollout
+    steps = (args.get("ppo_epochs") or 1) * math.ceil(rollout / mini)
+    if not engine.endswith("VLLMGenerationEngine") or steps <= 1:
+        return []
+    if args.get("recompute_old_log_probs") is True:
+        return []
+    return [
+        f"{steps} optimizer steps per rollout with vLLM: set model.init_args."
+        "recompute_old_log_probs: true (the ratio's denominator from the trainer, as verl)"
+    ]
 
 
 # ------------------------------------------------------------------ the overrides
@@ -311,145 +365,6 @@ def dry_run_config(composed: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return config
 
 
-# ------------------------------------------------------------------ the schedule
-def warmup_steps(args: dict[str, Any], total: int) -> int:
-    if args.get("lr_warmup_ratio", 0) > 0:
-        return int(args["lr_warmup_ratio"] * total)
-    return int(args.get("lr_warmup_steps", 0))
-
-
-def expected_lr(args: dict[str, Any], count: int, total: int) -> float:
-    """The lr verl's schedules give at ``count`` (hand-written here, independent of the code)."""
-    lr, warmup = float(args["lr"]), warmup_steps(args, total)
-    if count < warmup:
-        return lr * count / warmup
-    kind = args.get("lr_schedule", "constant")
-    if kind == "constant":
-        return lr
-    floor = lr * float(args.get("min_lr_ratio", 0.0))
-    progress = min((count - warmup) / (total - warmup), 1.0)
-    if kind == "linear":
-        return lr + (floor - lr) * progress
-    return floor + (lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-# ------------------------------------------------------------------ the run
-def _innermost(optimizer: Any) -> torch.optim.Optimizer:
-    """The torch optimizer that holds the Adam state (DeepSpeed's ZeRO optimizers wrap one)."""
-    inner = optimizer
-    for _ in range(4):
-        nested = getattr(inner, "optimizer", None)
-        if not isinstance(nested, torch.optim.Optimizer):
-            break
-        inner = nested
-    assert isinstance(inner, torch.optim.Optimizer), type(optimizer)
-    return inner
-
-
-def stepped_params(optimizer: Any) -> list[torch.Tensor]:
-    """The tensors the optimizer steps: DeepSpeed's float32 partitions (ZeRO-3 puts its own into
-    the inner optimizer's groups only during a step), else the parameters of the groups."""
-    for name in ("fp32_partitioned_groups_flat", "single_partition_of_fp32_groups"):
-        partitions = getattr(optimizer, name, None)
-        if partitions:
-            return list(partitions)
-    return [p for group in _innermost(optimizer).param_groups for p in group["params"]]
-
-
-class VariedReward(L.Callback):
-    """A reward term below 0.01 that varies with the response text (sha1 of it): a random tiny
-    model earns no Countdown, MATH or verdict reward, and with every reward 0 (and a value head
-    that starts at 0) the update has no gradient at all, so nothing could be asserted."""
-
-    def reward_term(self, trainer: Any, pl_module: Any, ctx: Any) -> tuple[torch.Tensor, dict]:
-        digits = [int(hashlib.sha1(r.encode()).hexdigest()[:6], 16) for r in ctx.responses]
-        term = torch.tensor(digits, dtype=torch.float32) / 16**6 * 0.01
-        return term.to(ctx.scores.device), {}
-
-
-class Probe(L.Callback):
-    """Snapshots the optimizer's parameters at the start, reads ``train/lr`` after each batch."""
-
-    def __init__(self) -> None:
-        self.before: list[torch.Tensor] = []
-        self.lrs: list[float] = []
-        self.optimizer: torch.optim.Optimizer | None = None
-        self.wrapper: Any = None
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.wrapper = trainer.optimizers[0]
-        self.optimizer = _innermost(self.wrapper)
-        self.before = [p.detach().clone() for p in stepped_params(self.wrapper)]
-        assert self.before, "the optimizer holds no parameter"
-
-    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        lr = trainer.callback_metrics.get("train/lr")
-        if lr is not None:
-            self.lrs.append(float(lr))
-
-    def check_state(self) -> None:
-        """Float32 parameters and Adam moments; the stepped entries changed."""
-        assert self.optimizer is not None
-        stepped = changed = 0
-        for before, param in zip(self.before, stepped_params(self.wrapper), strict=True):
-            assert param.dtype == torch.float32, f"an optimizer parameter is {param.dtype}"
-            state = self.optimizer.state.get(param, {})
-            for key in ("exp_avg", "exp_avg_sq"):
-                assert key in state, f"no Adam {key} for a trainable parameter"
-                assert state[key].dtype == torch.float32, f"Adam {key} is {state[key].dtype}"
-            moved = state["exp_avg"] != 0
-            stepped += int(moved.sum())
-            changed += int((param.detach() != before)[moved].sum())
-        assert stepped > 0, "no parameter was stepped"
-        assert changed >= 0.9 * stepped, (
-            f"only {changed} of {stepped} stepped entries changed: the update was lost "
-            "(a 16-bit weight without float32 master copy?)"
-        )
-
-
-def dry_run(config: dict[str, Any], ctx: Context) -> tuple[Any, Probe]:
-    path = ctx.root / "dry_run.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    cli = cli_main(["--config", str(path)], run=False)  # run=False: no subcommand
-    probe = Probe()
-    cli.trainer.callbacks.extend([VariedReward(), probe])
-    try:
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    finally:
-        close = getattr(cli.model, "close", None)
-        if callable(close):
-            close()
-        end_process_group()
-    return cli, probe
-
-
-def end_process_group() -> None:
-    """Destroy the one-process group of an in-process DeepSpeed run, through DeepSpeed when it
-    made it (it caches groups; a later run would meet the destroyed ones)."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return
-    ds_comm = sys.modules.get("deepspeed.comm.comm")
-    if ds_comm is not None and getattr(ds_comm, "cdb", None) is not None:
-        ds_comm.destroy_process_group()
-    else:
-        torch.distributed.destroy_process_group()
-
-
-def check_lr(args: dict[str, Any], probe: Probe, batches: int) -> None:
-    """``train/lr`` after each batch is what the schedule gives there (lr_interval: batch), or
-    within warmup / decay bounds (optimizer_step: the logged value spans the batch's steps)."""
-    assert len(probe.lrs) == batches, f"train/lr logged after {len(probe.lrs)} of {batches} batches"
-    total = args.get("lr_total_steps") or batches
-    lr = float(args["lr"])
-    if args.get("lr_interval", "batch") == "batch":
-        for count, logged in enumerate(probe.lrs):
-            assert math.isclose(logged, expected_lr(args, count, total), rel_tol=1e-5, abs_tol=0)
-    else:
-        assert all(0 <= x <= lr * (1 + 1e-6) for x in probe.lrs), probe.lrs
-    if warmup_steps(args, total) > 0:
-        assert probe.lrs[0] < lr, "a warmup must start below the configured lr"
-
-
 # ------------------------------------------------------------------ the test
 RECIPE_TABLES = load_recipes()
 
@@ -481,6 +396,7 @@ def test_preset_dry_run(preset: Path, tmp_path: Path) -> None:
         problems.append(f"its table's heading composes {table.fragment}, its header {fragment}")
     if table is not None:
         problems += check_table(table, composed)
+    problems += vllm_old_log_probs(composed)
     print("\n".join(["recipe problems:", *problems]) if problems else "recipe: holds")
 
     args = composed["model"]["init_args"]
@@ -489,7 +405,7 @@ def test_preset_dry_run(preset: Path, tmp_path: Path) -> None:
     base = compose(preset, ctx.dry_fragment) if ctx.dry_fragment else composed
     config = dry_run_config(base, ctx)
     _needs(config)
-    _, probe = dry_run(config, ctx)
+    _, probe = dry_run(config, ctx.root)
     probe.check_state()
     dry_args = config["model"]["init_args"]
     if "lr_schedule" in dry_args:  # every module has the schedule settings
