@@ -50,7 +50,7 @@ def forward_response(
     (the G samples of one prompt) run the prompt once; see :func:`_shared_prompt_forward`.
     """
     r = response_ids.shape[1]
-    if share_prompts and not with_hidden:
+    if share_prompts and not with_hidden and not _cache_disabled(model):
         shared = _shared_prompt_forward(model, input_ids, attention_mask.bool(), r)
         if shared is not None:
             logits = shared / temperature
@@ -66,6 +66,14 @@ def forward_response(
     logits = out.logits[:, :-1] / temperature
     hidden = out.hidden_states[-1][:, -r - 1 : -1] if with_hidden else None
     return ResponseForward(logits, token_log_probs(logits, response_ids), hidden)
+
+
+def _cache_disabled(model: nn.Module) -> bool:
+    """Whether the model will ignore ``use_cache=True``: transformers turns the KV cache off in
+    a training-mode forward with gradient checkpointing, so the shared prefix would reach the
+    responses as an empty cache and their log-probs would be computed without the prompt."""
+    checkpointing = bool(getattr(model, "is_gradient_checkpointing", False))
+    return checkpointing and model.training and torch.is_grad_enabled()
 
 
 def _shared_prompt_forward(
@@ -96,6 +104,8 @@ def _shared_prompt_forward(
         logits_to_keep=1,
         **{cache_kwarg: cache},
     )
+    if cache.get_seq_length() != p:  # the model ignored the cache: a plain forward is exact
+        return None
     cache.batch_select_indices(inverse)
     positions = position_ids_from_mask(attention_mask)[:, p:]
     rest = model(
