@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,9 @@ def dry_run(config: dict[str, Any], root: Path) -> tuple[Any, Probe]:
     :class:`VariedReward` and a :class:`Probe`; the engine is closed and a process group ended."""
     path = root / "dry_run.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
+    # a distributed run sets MASTER_PORT & co. in this process's environment; left there, every
+    # later test's subprocess would inherit the port this process's store still listens on
+    environment = dict(os.environ)
     cli = cli_main(["--config", str(path)], run=False)  # run=False: no subcommand
     probe = Probe()
     cli.trainer.callbacks.extend([VariedReward(), probe])
@@ -128,6 +132,8 @@ def dry_run(config: dict[str, Any], root: Path) -> tuple[Any, Probe]:
         if callable(close):
             close()
         end_process_group()
+        os.environ.clear()
+        os.environ.update(environment)
     return cli, probe
 
 
