@@ -6,7 +6,9 @@ rest (scoring, advantages, the GRPO update), measured side by side in one run.
 
 The judge writes critiques (template ``consistrm-v1-short``, chat template on) so the critique
 embedding has real text to embed; each step = ``--pairs`` pairs x ``--samples`` rollouts of up
-to ``--new-tokens`` tokens, bf16 autocast. Medians over the steps after ``--warmup``.
+to ``--new-tokens`` tokens, under ``--precision`` (default ``auto``: bf16 autocast on a CPU with
+native bf16, else float32; see ``lit_rlhf.training.resolve_precision``). Medians over the steps
+after ``--warmup``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class TimedEngine:
 
 class StepTimer(L.Callback):
     def __init__(self, engine: TimedEngine) -> None:
-        self.engine, self.rows = engine, []
+        self.engine = engine
+        self.rows: list[dict[str, float]] = []
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
         self.start, self.gen = time.perf_counter(), self.engine.seconds
@@ -56,6 +59,14 @@ class StepTimer(L.Callback):
         )
 
 
+def trainer_precision(precision: str) -> Any:
+    """The CPU trainer's precision: ``auto`` resolved for this CPU (bf16 autocast is several
+    times slower than float32 where the CPU has no native bf16), an explicit value as given."""
+    from lit_rlhf.training import resolve_precision
+
+    return resolve_precision(precision, "cpu")  # type: ignore[arg-type]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="builtin:smollm2-135m-instruct")
@@ -66,6 +77,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--precision", default="auto", help="auto (fits this CPU), 32-true, bf16-mixed, ..."
+    )
     opts = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(opts.threads)
@@ -91,7 +105,7 @@ def main() -> None:
     callbacks = [ConsistencyAnswerReward(), CritiqueConsistencyReward(opts.embedder), timer]
     L.Trainer(
         accelerator="cpu",
-        precision="bf16-mixed",
+        precision=trainer_precision(opts.precision),
         max_epochs=1,
         logger=False,
         enable_checkpointing=False,
