@@ -27,7 +27,7 @@ mid-epoch checkpoint continues with the next unseen batch of that epoch (with a 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
@@ -116,7 +116,14 @@ class PromptDataModule(LightningDataModule):
                 "MixturePrompts(schedule='sequential'): domain blocks by step ranges), and "
                 "shuffle=True would mix it. Fix: set data shuffle: false."
             )
-        _check_pretokenized((train, val, test), system_prompt, response_prefix + question_suffix)
+        _check_pretokenized(
+            (train, val, test),
+            {
+                "system_prompt": system_prompt,
+                "response_prefix": response_prefix,
+                "question_suffix": question_suffix,
+            },
+        )
         self.tokenizer = load_tokenizer(tokenizer)
         self.train_source = train
         self.val_source = val
@@ -273,16 +280,18 @@ class PromptDataModule(LightningDataModule):
 
 
 def _check_pretokenized(
-    sources: Sequence[PromptSource | None], system_prompt: str | None, response_prefix: str
+    sources: Sequence[PromptSource | None], settings: Mapping[str, str | None]
 ) -> None:
-    """A system prompt or response prefix would do nothing to a pretokenized source's ids."""
+    """Text settings (system prompt, response prefix, question suffix) would do nothing to a
+    pretokenized source's ids: refused, naming the ones that are set."""
     names = [type(s).__name__ for s in sources if getattr(s, "pretokenized", False)]
-    if names and (system_prompt or response_prefix):
+    set_ = [f"{key} ({value!r})" for key, value in settings.items() if value]
+    if names and set_:
+        listed = " and ".join(set_) if len(set_) < 3 else ", ".join(set_[:-1]) + f" and {set_[-1]}"
         raise ValueError(
-            f"{names[0]} is pretokenized: its input_ids are used as they are, so system_prompt "
-            f"({system_prompt!r}) and response_prefix ({response_prefix!r}) would not reach the "
-            "model. Fix: remove them from the data config (a module that needs a prefix adds "
-            "its tokens itself)."
+            f"{names[0]} is pretokenized: its input_ids are used as they are, so {listed} "
+            f"would not reach the model. Fix: remove {'it' if len(set_) == 1 else 'them'} from "
+            "the data config (a module that needs a prefix adds its tokens itself)."
         )
 
 

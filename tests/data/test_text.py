@@ -241,13 +241,26 @@ def test_max_prompt_length_drops_long_contexts(tiny_model_dir: str) -> None:
     assert all(len(ids) <= 15 for ids in module.train_data["input_ids"])
 
 
-@pytest.mark.parametrize("setting", [{"response_prefix": "<answer>"}, {"system_prompt": "Hi."}])
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ({"response_prefix": "<answer>"}, "response_prefix ('<answer>')"),
+        ({"system_prompt": "Hi."}, "system_prompt ('Hi.')"),
+        ({"question_suffix": " /no_think"}, "question_suffix (' /no_think')"),  # not a prefix
+        (
+            {"system_prompt": "Hi.", "question_suffix": "?"},
+            "system_prompt ('Hi.') and question_suffix ('?')",
+        ),
+    ],
+)
 def test_prefixes_are_refused_with_a_pretokenized_source(
-    tiny_model_dir: str, setting: dict[str, str]
+    tiny_model_dir: str, setting: dict[str, str], named: str
 ) -> None:
     source = TextChunks(str(SAMPLE), context_tokens=16)
-    with pytest.raises(ValueError, match=r"TextChunks is pretokenized.*Fix: remove them"):
+    with pytest.raises(ValueError, match=r"TextChunks is pretokenized.*Fix: remove") as info:
         PromptDataModule(tiny_model_dir, source, **setting)
+    assert f"so {named} would not reach the model" in str(info.value)
+    assert ("response_prefix" in str(info.value)) == ("response_prefix" in setting)
     with pytest.raises(ValueError, match="pretokenized"):
         PromptDataModule(tiny_model_dir, source, val=source, **setting)
 
