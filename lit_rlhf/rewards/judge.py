@@ -52,6 +52,12 @@ class JudgeReward:
         tags, response_prefix, response_suffix: how the judge's output is read, as in
             ``GenerativeRewardModule``.
         use_chat_template: render judge prompts with the judge tokenizer's chat template.
+        chat_template_kwargs: passed to the chat template, e.g. ``{"enable_thinking": false}``
+            (Qwen3's hard switch, arXiv 2505.09388), as ``PromptDataModule``'s.
+        question_suffix: appended to every judge prompt's user message, e.g. ``" /no_think"``
+            (Qwen3's soft switch; ReflectRM's no-think control, arXiv 2604.07506). Think traces
+            in the judge's output are stripped before its verdict is read either way
+            (:func:`~lit_rlhf.algos.judge.strip_think`).
         engine: generates the judgments (greedy); default ``HFGenerationEngine(max_new_tokens=
             256)``.
         batch_size: judge prompts per generate call.
@@ -73,6 +79,8 @@ class JudgeReward:
         response_prefix: str = "",
         response_suffix: str = "",
         use_chat_template: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        question_suffix: str = "",
         engine: GenerationEngine | None = None,
         batch_size: int = 16,
         device: str | None = None,
@@ -92,6 +100,8 @@ class JudgeReward:
         self.name, self.tokenizer_name = model, tokenizer or model
         self.compare, self.reference_field, self.both_orders = compare, reference_field, both_orders
         self.template, self.use_chat_template = template, use_chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.question_suffix = question_suffix
         self.format = JudgeFormat(tuple(tags), "Response", response_prefix, response_suffix)
         self.engine: GenerationEngine = engine or HFGenerationEngine(max_new_tokens=256)
         self.batch_size, self.dtype = batch_size, dtype
@@ -175,6 +185,8 @@ class JudgeReward:
                 render_judge_prompt(self.template, prompt=q, response_1=a, response_2=b),
                 use_chat_template=self.use_chat_template,
                 response_prefix=self.format.prefix,
+                chat_template_kwargs=self.chat_template_kwargs,
+                question_suffix=self.question_suffix,
             )
             for q, a, b in triples
         ]

@@ -105,3 +105,48 @@ def test_the_judge_path_renders_the_template_generates_and_parses() -> None:
     assert first < engine.prompts[0].index("Rayleigh scattering.")
     assert second > engine.prompts[1].index("Rayleigh scattering.")
     assert not out.scores.requires_grad
+
+
+JUDGMENT = "<Analysis>It answers.</Analysis><Result>Response 1 is better than Response 2</Result>"
+
+
+@pytest.mark.parametrize(
+    ("output", "score", "valid"),
+    [
+        (f"<think>\nResponse 2 is better? No.\n</think>\n\n{JUDGMENT}", 1.0, 1.0),
+        (f"<think>\n\n</think>\n\n{JUDGMENT}", 1.0, 1.0),  # Qwen3's empty trace under /no_think
+        (f"<think>\nResponse 1 is better than Response 2, so {JUDGMENT}", 0.0, 0.0),  # unclosed
+    ],
+)
+def test_a_think_trace_is_stripped_before_the_verdict_is_read(output, score, valid) -> None:
+    reward = JudgeReward(
+        "builtin:tiny-llama", engine=_ScriptedEngine(output), device="cpu", both_orders=False
+    )
+    out = reward(["p"], ["mine"], [{"question": "Q?", "reference": "theirs"}])
+    assert out.scores.tolist() == [score]  # the policy's response is response 1: it wins
+    assert out.info["judge_valid"].tolist() == [valid]
+
+
+def test_the_thinking_switches_reach_the_rendered_judge_prompt() -> None:
+    engine = _ScriptedEngine(JUDGMENT)
+    reward = JudgeReward(
+        "builtin:tiny-llama",
+        engine=engine,
+        device="cpu",
+        both_orders=False,
+        chat_template_kwargs={"enable_thinking": False},
+        question_suffix=" /no_think",
+    )
+    reward.load()
+    reward.tokenizer.chat_template = (  # a Qwen3-like switch, visible in the rendered text
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+        "<|assistant|>{% if enable_thinking is defined and not enable_thinking %}"
+        "[thinking off]{% endif %}"
+    )
+    reward(["p"], ["mine"], [{"question": "Why is the sky blue?", "reference": "theirs"}])
+    (prompt,) = engine.prompts  # decoded without the special <|...|> tokens
+    assert prompt.endswith("[End of Response 2] /no_think[thinking off]")
+    engine.prompts.clear()
+    reward.chat_template_kwargs, reward.question_suffix = {}, ""  # the switches unset: neither
+    reward(["p"], ["mine"], [{"question": "Why is the sky blue?", "reference": "theirs"}])
+    assert engine.prompts[0].endswith("[End of Response 2]")
