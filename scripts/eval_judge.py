@@ -18,7 +18,10 @@ folder, ``builtin:``); ``--checkpoint`` a ``GenerativeRewardModule`` checkpoint.
 judges by majority of N sampled outputs (default: 1 greedy); ``--inference reflective --samples
 8`` with ReflectRM's two-stage reflective inference. Prompts longer than
 ``--max-prompt-length`` are not judged and count as wrong (the table says how many rows were
-judged).
+judged). Qwen3's thinking switches (arXiv 2505.09388; the judge papers evaluate without
+thinking): ``--chat-template-kwargs '{"enable_thinking": false}'`` (the hard switch, passed to
+the chat template) and ``--question-suffix " /no_think"`` (the soft one, appended to every
+judge prompt); a think trace in the output is stripped before the verdict is read either way.
 """
 
 from __future__ import annotations
@@ -121,6 +124,8 @@ def evaluate(trainer: L.Trainer, module: Any, model: str, rows: Any, opts: Any) 
         test=source,
         batch_size=opts.batch_size,
         max_prompt_length=opts.max_prompt_length,
+        chat_template_kwargs=opts.chat_template_kwargs,
+        question_suffix=opts.question_suffix,
     )
     batches = trainer.predict(module, datamodule=data) or []
     predictions = {p["query_id"]: p for batch in batches for p in batch}
@@ -195,6 +200,19 @@ def render(reports: dict[str, dict[str, Any]], averages: dict[str, float]) -> st
     return "\n".join(lines)
 
 
+def json_object(text: str) -> dict[str, Any]:
+    """``--chat-template-kwargs``: a JSON object (``'{"enable_thinking": false}'``)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err}): {text!r}") from err
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f"a JSON object is needed, e.g. '{{\"enable_thinking\": false}}', got {text!r}"
+        )
+    return value
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     which = parser.add_mutually_exclusive_group(required=True)
@@ -219,6 +237,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-prompt-length", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--chat-template-kwargs",
+        type=json_object,
+        help="JSON passed to the chat template, e.g. '{\"enable_thinking\": false}' (Qwen3)",
+    )
+    parser.add_argument(
+        "--question-suffix", default="", help='appended to every judge prompt, e.g. " /no_think"'
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the reports and averages to this JSON file")
     parser.add_argument("--markdown", help="write the tables to this markdown file")

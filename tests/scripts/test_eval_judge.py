@@ -59,7 +59,7 @@ class KnownVerdicts:
         return out
 
 
-def judge_sample(script: Any, spec: str, skip: str = "") -> dict[str, Any]:
+def _opts(**changes: Any) -> argparse.Namespace:
     opts = argparse.Namespace(
         synthetic=None,
         template="consistrm-v1-short",
@@ -68,11 +68,50 @@ def judge_sample(script: Any, spec: str, skip: str = "") -> dict[str, Any]:
         skip_malformed=False,
         batch_size=4,
         max_prompt_length=2048,
+        chat_template_kwargs=None,
+        question_suffix="",
     )
+    vars(opts).update(changes)
+    return opts
+
+
+def judge_sample(script: Any, spec: str, skip: str = "") -> dict[str, Any]:
+    opts = _opts()
     _, bench, paths = script.parse_benchmark(spec)
     rows = script.load_pairs(opts, bench, paths)
     trainer = KnownVerdicts(skip)
     return script.report(bench, script.evaluate(trainer, None, "builtin:tiny-llama", rows, opts))
+
+
+class SeenPrompts(KnownVerdicts):
+    """Records the data module and the first rendered prompt the judge would see."""
+
+    def predict(self, module: Any, datamodule: Any) -> list[list[dict[str, Any]]]:
+        self.data = datamodule
+        out = super().predict(module, datamodule)
+        batch = next(iter(datamodule.predict_dataloader()))
+        self.prompt = datamodule.tokenizer.decode(batch["input_ids"][0], skip_special_tokens=True)
+        return out
+
+
+def test_the_thinking_switches_reach_the_judge_prompts() -> None:
+    script = load_script("eval_judge")
+    argv = ["--model", "m", "--synthetic", "4", "--question-suffix", " /no_think"]
+    parsed = script.parse_args([*argv, "--chat-template-kwargs", '{"enable_thinking": false}'])
+    assert parsed.chat_template_kwargs == {"enable_thinking": False}
+    for bad in ("{enable_thinking: false}", "[1]"):
+        with pytest.raises(SystemExit):
+            script.parse_args([*argv, "--chat-template-kwargs", bad])
+    _, bench, paths = script.parse_benchmark(SPECS[3])
+    opts = _opts(chat_template_kwargs=parsed.chat_template_kwargs, question_suffix=" /no_think")
+    rows = script.load_pairs(opts, bench, paths)
+    seen = SeenPrompts("")
+    script.evaluate(seen, None, "builtin:tiny-llama", rows, opts)
+    assert seen.data.chat_template_kwargs == {"enable_thinking": False}
+    assert seen.prompt.rstrip().endswith("/no_think"), seen.prompt[-200:]
+    plain = SeenPrompts("")
+    script.evaluate(plain, None, "builtin:tiny-llama", rows, _opts())
+    assert "/no_think" not in plain.prompt and not plain.data.chat_template_kwargs
 
 
 def test_scores_come_from_the_judged_rows_in_both_orders() -> None:
