@@ -67,6 +67,11 @@ class PPOModule(LightningModule):
         lr, critic_lr, weight_decay, max_grad_norm: AdamW and clipping settings (one optimizer,
             two param groups, so DeepSpeed accepts it; under DeepSpeed, ``max_grad_norm`` becomes
             its ``gradient_clipping``).
+        clip_per_network: clip the policy's and the critic's gradient norms separately, each to
+            ``max_grad_norm``, as verl does with its two optimizers (the TRE authors' recipe,
+            arXiv 2602.03635); default: their joint norm. Each network's norm before clipping is
+            logged as ``ppo/grad_norm/policy`` and ``ppo/grad_norm/critic``. Refused under
+            DeepSpeed (it clips the global norm inside its step), FSDP and float16 loss scaling.
         lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps:
             the lr schedule shared by every module (:mod:`lit_rlhf.training.lr_schedule`): a
             linear warmup over ``lr_warmup_steps`` or the fraction ``lr_warmup_ratio`` of all
@@ -125,6 +130,7 @@ class PPOModule(LightningModule):
         critic_lr: float = 1e-5,
         weight_decay: float = 0.0,
         max_grad_norm: float | None = 1.0,
+        clip_per_network: bool = False,
         lr_warmup_steps: int = 0,
         lr_warmup_ratio: float = 0.0,
         lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
@@ -156,6 +162,7 @@ class PPOModule(LightningModule):
             seed=seed,
             max_consecutive_skips=max_consecutive_skips,
             lr_schedule=self.lr_settings,
+            clip_grad_per_group=clip_per_network,
         )
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it
@@ -205,9 +212,12 @@ class PPOModule(LightningModule):
 
     def configure_optimizers(self) -> Any:
         hp = self.hp
-        groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": hp.lr}]
-        if self.critic is not None:
-            groups.append({"params": list(self.critic.parameters()), "lr": hp.critic_lr})
+        policy = [p for p in self.policy.parameters() if p.requires_grad]
+        groups = [{"params": policy, "lr": hp.lr, "name": "policy"}]
+        if self.critic is not None:  # the names key clip_per_network's logged norms
+            groups.append(
+                {"params": list(self.critic.parameters()), "lr": hp.critic_lr, "name": "critic"}
+            )
         return torch.optim.AdamW(groups, weight_decay=hp.weight_decay)
 
     # ------------------------------------------------------------- training

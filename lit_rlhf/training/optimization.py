@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 import torch
 from lightning import LightningModule
+from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor
 
 from lit_rlhf.strategies import (
@@ -68,6 +69,12 @@ class OptimizerStep:
         lr_schedule: the learning-rate schedule applied before every step (None: constant, each
             group's own lr); its counters are in :meth:`state_dict`. The lr is returned as
             ``train/lr``.
+        clip_grad_per_group: clip each param group's gradient norm to ``max_grad_norm`` on its
+            own instead of the joint norm of all groups (verl's two optimizers, one per network);
+            each group's norm before clipping is returned too, as ``<norm_key>/<group name>``
+            (the group's ``"name"``, else its index). Refused under DeepSpeed and FSDP (they clip
+            the global norm of sharded gradients) and under float16 loss scaling (Lightning
+            unscales inside the step, after the clip): see :meth:`check_strategy`.
     """
 
     def __init__(
@@ -77,6 +84,7 @@ class OptimizerStep:
         norm_key: str = "train/grad_norm",
         max_consecutive_skips: int = 5,
         lr_schedule: LRScheduleSettings | None = None,
+        clip_grad_per_group: bool = False,
     ) -> None:
         if max_grad_norm is not None and not max_grad_norm > 0:
             raise ValueError(
@@ -86,10 +94,36 @@ class OptimizerStep:
         self.norm_key = norm_key
         self.skips = NonFiniteSkips(max_consecutive_skips)
         self.lr = LRSchedule(lr_schedule)
+        self.clip_grad_per_group = clip_grad_per_group
 
     def configure(self, strategy: Any) -> None:
-        """Hand the clipping norm to DeepSpeed (a no-op for other strategies)."""
+        """Check the strategy (:meth:`check_strategy`) and hand the clipping norm to DeepSpeed
+        (a no-op for other strategies)."""
+        self.check_strategy(strategy)
         set_deepspeed_gradient_clipping(strategy, self.max_grad_norm)
+
+    def check_strategy(self, strategy: Any) -> None:
+        """Refuse per-group clipping where it cannot be done: DeepSpeed clips the global norm
+        inside its own step, FSDP's gradients are shards (a per-group norm would be one rank's),
+        and float16 loss scaling unscales the gradients inside ``optimizer.step()``, after the
+        clip (a clip there would act on scaled gradients)."""
+        if not self.clip_grad_per_group or strategy is None:
+            return
+        why = None
+        if is_deepspeed(strategy):
+            why = "DeepSpeed clips the global gradient norm inside its own step"
+        elif isinstance(strategy, FSDPStrategy):
+            why = "FSDP's gradients are shards, so a group's norm would be one rank's"
+        elif getattr(getattr(strategy, "precision_plugin", None), "scaler", None) is not None:
+            why = "float16 loss scaling unscales the gradients only inside the step, after a clip"
+        if why is not None:
+            raise ValueError(
+                f"per-network / per-group gradient clipping (clip_per_network) cannot run under "
+                f"{type(strategy).__name__} with precision "
+                f"{type(strategy.precision_plugin).__name__}: {why}. Fix: set "
+                "model.init_args.clip_per_network: false (the joint norm is clipped), or drop the "
+                "DeepSpeed / FSDP strategy, or use precision bf16-mixed instead of 16-mixed."
+            )
 
     def __call__(
         self,
@@ -115,6 +149,7 @@ class OptimizerStep:
         if not micro_batches:
             raise ValueError("an optimizer step needs at least one micro-batch")
         strategy = module.trainer.strategy
+        self.check_strategy(strategy)
         watch = LossWatch(loss_fn)
         stats = self._backward(module, optimizer, micro_batches, watch, task_of)
         stats.update(gradient_hooks(module.trainer, module, Gradients(module, strategy)))
@@ -127,6 +162,8 @@ class OptimizerStep:
             skipped = deepspeed_step_skipped(strategy, norm)
         else:
             norm, skipped = self._clip_and_step(module, optimizer)
+            if self.clip_grad_per_group:
+                stats.update(self._group_norms)
         if skipped is not None:
             what = watch.what() if skipped else ""
             self.skips.record(skipped, step=module.trainer.global_step, what=what)
@@ -166,6 +203,7 @@ class OptimizerStep:
         """(norm before clipping, whether the step was skipped; None: the loss scaler decides)."""
         grads = [p.grad for p in module.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads).detach() if grads else None
+        self._group_norms: dict[str, Tensor] = {}
         if getattr(module.trainer.precision_plugin, "scaler", None) is not None:
             self._clip(module, optimizer)
             optimizer.step()  # float16 AMP: the GradScaler skips overflowing steps itself
@@ -179,11 +217,27 @@ class OptimizerStep:
         return norm, False
 
     def _clip(self, module: LightningModule, optimizer: Any) -> None:
-        """Clip the total gradient norm through Lightning (strategy-aware)."""
-        if self.max_grad_norm is not None:
+        """Clip the total gradient norm through Lightning (strategy-aware), or with
+        ``clip_grad_per_group`` each param group's norm on its own (norms kept for the stats)."""
+        if self.clip_grad_per_group:
+            self._clip_per_group(optimizer)
+        elif self.max_grad_norm is not None:
             module.clip_gradients(
                 optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm"
             )
+
+    def _clip_per_group(self, optimizer: Any) -> None:
+        """Each param group's gradient clipped to ``max_grad_norm`` on its own, as separate
+        optimizers would (verl: ``clip_grad_norm_`` on the actor, then on the critic)."""
+        for i, group in enumerate(optimizer.param_groups):
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if self.max_grad_norm is None:
+                norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+            else:
+                norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+            self._group_norms[f"{self.norm_key}/{group.get('name', i)}"] = norm.detach()
 
     def state_dict(self) -> dict[str, Any]:
         """The skip counters (``fault/skipped_steps``, consecutive skips) and the lr schedule's

@@ -37,6 +37,8 @@ class PolicyStep:
     settings: the update's settings.
     collector: engine + reward (+ the trainer's reward-term callbacks).
     max_grad_norm: gradient clipping (None: off).
+    clip_grad_per_group: clip each param group (network) to ``max_grad_norm`` on its own
+        (:class:`OptimizerStep`); default: the joint norm.
     seed: seeds the mini-batch shuffling (checkpointed through ``state_dict``).
     max_consecutive_skips: non-finite optimizer steps in a row that stop the run
         (:class:`OptimizerStep`; its skip counters are checkpointed).
@@ -53,6 +55,7 @@ class PolicyStep:
         seed: int = 0,
         max_consecutive_skips: int = 5,
         lr_schedule: LRScheduleSettings | None = None,
+        clip_grad_per_group: bool = False,
     ) -> None:
         self.settings = settings
         self.collector = collector
@@ -61,6 +64,7 @@ class PolicyStep:
             norm_key="ppo/grad_norm",
             max_consecutive_skips=max_consecutive_skips,
             lr_schedule=lr_schedule,
+            clip_grad_per_group=clip_grad_per_group,
         )
         self.shuffle = torch.Generator().manual_seed(seed)
         self.frozen = FrozenModules("ref_policy")
