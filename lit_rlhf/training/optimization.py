@@ -103,26 +103,35 @@ class OptimizerStep:
         set_deepspeed_gradient_clipping(strategy, self.max_grad_norm)
 
     def check_strategy(self, strategy: Any) -> None:
-        """Refuse per-group clipping where it cannot be done: DeepSpeed clips the global norm
-        inside its own step, FSDP's gradients are shards (a per-group norm would be one rank's),
-        and float16 loss scaling unscales the gradients inside ``optimizer.step()``, after the
-        clip (a clip there would act on scaled gradients)."""
-        if not self.clip_grad_per_group or strategy is None:
+        """Refuse clipping where it would act on scaled gradients (float16 loss scaling under
+        manual optimisation: the scaler unscales inside ``optimizer.step()``, after the clip), and
+        per-group clipping where it cannot be done: DeepSpeed clips the global norm inside its
+        own step, and FSDP's gradients are shards (a per-group norm would be one rank's)."""
+        if strategy is None:
+            return
+        scaler = getattr(getattr(strategy, "precision_plugin", None), "scaler", None)
+        if scaler is not None and self.max_grad_norm is not None and not is_deepspeed(strategy):
+            raise ValueError(
+                "trainer.precision: 16-mixed with max_grad_norm: under manual optimisation "
+                "Lightning's loss scaler unscales the gradients only inside optimizer.step(), "
+                "after the clip, so the clip would act on gradients multiplied by the loss scale "
+                "(and the logged norm would be the scaled one). Fix: trainer.precision: "
+                "bf16-mixed (no loss scaler) or 32-true, or model.init_args.max_grad_norm: null."
+            )
+        if not self.clip_grad_per_group:
             return
         why = None
         if is_deepspeed(strategy):
             why = "DeepSpeed clips the global gradient norm inside its own step"
         elif isinstance(strategy, FSDPStrategy):
             why = "FSDP's gradients are shards, so a group's norm would be one rank's"
-        elif getattr(getattr(strategy, "precision_plugin", None), "scaler", None) is not None:
-            why = "float16 loss scaling unscales the gradients only inside the step, after a clip"
         if why is not None:
             raise ValueError(
                 f"per-network / per-group gradient clipping (clip_per_network) cannot run under "
                 f"{type(strategy).__name__} with precision "
                 f"{type(strategy.precision_plugin).__name__}: {why}. Fix: set "
                 "model.init_args.clip_per_network: false (the joint norm is clipped), or drop the "
-                "DeepSpeed / FSDP strategy, or use precision bf16-mixed instead of 16-mixed."
+                "DeepSpeed / FSDP strategy."
             )
 
     def __call__(

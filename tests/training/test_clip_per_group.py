@@ -79,11 +79,19 @@ def test_refused_where_the_groups_cannot_be_clipped_apart():
     with pytest.raises(ValueError, match="DeepSpeed clips the global gradient norm") as err:
         step.configure(CPUDeepSpeedStrategy(stage=2))
     assert "Fix: set model.init_args.clip_per_network: false" in str(err.value)
-    scaled = SimpleNamespace(precision_plugin=SimpleNamespace(scaler=object()))
-    with pytest.raises(ValueError, match="float16 loss scaling"):
-        step.configure(scaled)
     step.configure(SingleDeviceStrategy("cpu"))  # a plain process: accepted
     OptimizerStep(max_grad_norm=1.0).configure(CPUDeepSpeedStrategy(stage=2))  # flag off
+
+
+@pytest.mark.parametrize("per_group", [False, True])
+def test_a_float16_loss_scaler_with_clipping_is_refused(per_group):
+    # under manual optimisation Lightning's GradScaler unscales inside optimizer.step(), after
+    # the clip: the clip (joint or per group) would act on loss-scaled gradients
+    scaled = SimpleNamespace(precision_plugin=SimpleNamespace(scaler=object()))
+    step = OptimizerStep(max_grad_norm=1.0, clip_grad_per_group=per_group)
+    with pytest.raises(ValueError, match=r"16-mixed with max_grad_norm.*Fix: trainer.precision"):
+        step.configure(scaled)
+    OptimizerStep(max_grad_norm=None).configure(scaled)  # nothing clipped: accepted
 
 
 def test_ppo_refuses_the_flag_under_deepspeed_before_any_load():
