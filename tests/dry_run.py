@@ -75,7 +75,8 @@ class VariedReward(L.Callback):
 
 
 class Probe(L.Callback):
-    """Snapshots the optimizer's parameters at the start, reads ``train/lr`` after each batch."""
+    """Snapshots the optimizer's parameters at the start, reads ``train/lr`` after each batch.
+    Snapshots and comparisons are made on the CPU (a GPU run's tensors are copied there)."""
 
     def __init__(self) -> None:
         self.before: list[torch.Tensor] = []
@@ -86,7 +87,7 @@ class Probe(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.wrapper = trainer.optimizers[0]
         self.optimizer = _innermost(self.wrapper)
-        self.before = [p.detach().clone() for p in stepped_params(self.wrapper)]
+        self.before = [p.detach().to("cpu", copy=True) for p in stepped_params(self.wrapper)]
         assert self.before, "the optimizer holds no parameter"
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
@@ -104,9 +105,9 @@ class Probe(L.Callback):
             for key in ("exp_avg", "exp_avg_sq"):
                 assert key in state, f"no Adam {key} for a trainable parameter"
                 assert state[key].dtype == torch.float32, f"Adam {key} is {state[key].dtype}"
-            moved = state["exp_avg"] != 0
+            moved = (state["exp_avg"] != 0).cpu()
             stepped += int(moved.sum())
-            changed += int((param.detach() != before)[moved].sum())
+            changed += int((param.detach().cpu() != before)[moved].sum())
         assert stepped > 0, "no parameter was stepped"
         assert changed >= 0.9 * stepped, (
             f"only {changed} of {stepped} stepped entries changed: the update was lost "

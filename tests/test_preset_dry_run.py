@@ -51,6 +51,14 @@ The overrides (:data:`OVERRIDES`; the same list is in docs/recipes.md's introduc
 - ``lr_total_steps``: where the schedule needs a total (a warmup ratio, a decay) and the preset
   derives it from the trainer, 100, or twice ``lr_warmup_steps`` where that is more (the real
   run's total comes from its dataset and epochs, the dry run's trainer would give 1 or 2).
+
+GPU mode: with the environment variable ``LIT_RLHF_DRY_RUN_DEVICE=gpu`` (default ``cpu``) the
+same dry run runs on one CUDA GPU: ``trainer.accelerator: gpu``, ``devices: 1``, ``num_nodes: 1``
+and the preset's own DeepSpeed fragment (``configs/trainer/deepspeed_zero2/3.yaml``) instead of
+its CPU twin; every other override is unchanged (tiny stand-ins, offline samples, the HF engine,
+capped lengths, ...). The dry run test is skipped, with the reason, where CUDA is not available.
+``scripts/gpu_check.sh`` runs this mode on a lent GPU (``LIT_RLHF_DRY_RUN_DEVICE=gpu python -m
+pytest -q tests/test_preset_dry_run.py::test_preset_dry_run``).
 """
 
 from __future__ import annotations
@@ -58,13 +66,15 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
+import torch
 import yaml
 
 from lit_rlhf.cli import cli_main
@@ -77,6 +87,8 @@ SAMPLES = "lit_rlhf/data/samples"
 MODEL_KEYS = ("model", "tokenizer", "compressor", "decoder", "critic_model", "embedder")
 MAX_NEW_TOKENS, MAX_PROMPT, MAX_LENGTH, MAX_CONTEXT, MAX_CONTINUATION = 16, 768, 1024, 64, 16
 MAX_BATCH, MAX_ROWS, STANDIN_TOTAL = 1, 16, 100
+DEVICE_VARIABLE = "LIT_RLHF_DRY_RUN_DEVICE"  # cpu (default) or gpu: where the dry run runs
+Device = Literal["cpu", "gpu"]
 SAMPLE_PROMPTS = {  # task -> the FilePrompts arguments of its offline sample
     "math": {"path": f"{SAMPLES}/math_prompts.jsonl", "id_field": "id"},
     "chat": {"path": f"{SAMPLES}/chat_prompts.jsonl", "answer_field": None, "id_field": "id"},
@@ -203,8 +215,9 @@ def vllm_old_log_probs(config: dict[str, Any]) -> list[str]:
 @dataclass(frozen=True)
 class Context:
     root: Path  # the test's temp folder
-    dry_fragment: str | None  # the CPU fragment replacing the header's, or None
+    dry_fragment: str | None  # the fragment run: the header's CPU twin (cpu) or its own (gpu)
     batches: int  # training batches to run
+    device: Device = "cpu"  # the trainer's accelerator
 
 
 def _walk(node: Any) -> Iterator[dict[str, Any]]:
@@ -232,11 +245,12 @@ def _cap(node: dict[str, Any], key: str, cap: int) -> None:
         node[key] = cap
 
 
-def run_on_cpu(config: dict[str, Any], ctx: Context) -> None:
-    """CPU, one process; the CPU DeepSpeed twin of a DeepSpeed fragment; ddp -> one process."""
+def run_on_device(config: dict[str, Any], ctx: Context) -> None:
+    """One process on ``ctx.device`` (CPU, or one GPU in GPU mode); ddp -> one plain process.
+    The fragment (CPU twin or the preset's own) is chosen by :func:`dry_fragment`."""
     trainer = config["trainer"]
-    trainer.update(accelerator="cpu", devices=1, num_nodes=1)
-    if ctx.dry_fragment is None and trainer.get("strategy") in ("ddp", "ddp_spawn"):
+    trainer.update(accelerator=ctx.device, devices=1, num_nodes=1)
+    if trainer.get("strategy") in ("ddp", "ddp_spawn"):  # a DeepSpeed fragment's is a class
         trainer["strategy"] = "auto"
 
 
@@ -345,7 +359,7 @@ def standin_total(config: dict[str, Any], ctx: Context) -> None:
 
 Override = Callable[[dict[str, Any], Context], None]
 OVERRIDES: tuple[Override, ...] = (
-    run_on_cpu,
+    run_on_device,
     tiny_models,
     offline_data,
     hf_engine,
@@ -369,7 +383,106 @@ def dry_run_config(composed: dict[str, Any], ctx: Context) -> dict[str, Any]:
 RECIPE_TABLES = load_recipes()
 
 
-def _cpu_fragment(fragment: str | None) -> str | None:
+@pytest.mark.parametrize(
+    ("value", "device"),
+    [(None, "cpu"), ("", "cpu"), ("cpu", "cpu"), ("gpu", "gpu"), ("GPU", "gpu")],
+)
+def test_the_device_variable_picks_the_mode(monkeypatch, value, device):
+    if value is None:
+        monkeypatch.delenv(DEVICE_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(DEVICE_VARIABLE, value)
+    assert dry_run_device() == device
+
+
+def test_an_unknown_device_is_refused_with_the_fix(monkeypatch):
+    monkeypatch.setenv(DEVICE_VARIABLE, "tpu")
+    with pytest.raises(ValueError, match=r"LIT_RLHF_DRY_RUN_DEVICE='tpu'\. Fix: cpu .* or gpu"):
+        dry_run_device()
+
+
+DEEPSPEED = {"class_path": "lit_rlhf.strategies.DeepSpeedStrategy", "init_args": {"stage": 3}}
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+@pytest.mark.parametrize(
+    ("fragment", "strategy", "cpu_fragment"),
+    [
+        (
+            "configs/trainer/deepspeed_zero3.yaml",
+            DEEPSPEED,
+            "configs/trainer/cpu_deepspeed_zero3.yaml",
+        ),
+        (
+            "configs/trainer/deepspeed_zero2.yaml",
+            DEEPSPEED,
+            "configs/trainer/cpu_deepspeed_zero2.yaml",
+        ),
+        ("configs/trainer/ddp.yaml", "ddp", None),
+        (None, "auto", None),
+    ],
+)
+def test_each_mode_picks_its_fragment_and_accelerator(
+    tmp_path, device, fragment, strategy, cpu_fragment
+):
+    """CPU: the DeepSpeed fragment's CPU twin; GPU: the preset's own; both one process on one
+    device with the other overrides alike (here: the stand-in model and the batch)."""
+    ctx = Context(tmp_path, dry_fragment(fragment, device), 1, device)
+    assert ctx.dry_fragment == (fragment if device == "gpu" else cpu_fragment)
+    composed = {
+        "trainer": {
+            "accelerator": "gpu",
+            "devices": 8,
+            "num_nodes": 2,
+            "precision": "bf16-mixed",
+            "strategy": strategy,
+        },
+        "model": {"init_args": {"model": "Qwen/Qwen3-8B", "lr": 1.0e-6}},
+        "data": {"init_args": {"batch_size": 64}},
+    }
+    config = dry_run_config(composed, ctx)
+    trainer = config["trainer"]
+    assert (trainer["accelerator"], trainer["devices"], trainer["num_nodes"]) == (device, 1, 1)
+    assert trainer["precision"] == "bf16-mixed"  # as parsed, in both modes
+    assert trainer["strategy"] == ("auto" if strategy == "ddp" else strategy)
+    assert config["model"]["init_args"]["model"] == "builtin:tiny-qwen2"
+    assert config["data"]["init_args"]["batch_size"] == 1
+    assert composed["trainer"]["accelerator"] == "gpu"  # the composed config is not changed
+
+
+def test_each_mode_composes_its_deepspeed_strategy(tmp_path):
+    """A ZeRO-3 preset as each mode runs it: the CPU twin's class, or the header's own on GPU."""
+    preset = next(p for p in PRESETS if str(_header_fragment(p)).endswith("deepspeed_zero3.yaml"))
+    fragment = _header_fragment(preset)
+    for device, strategy in (("cpu", "CPUDeepSpeedStrategy"), ("gpu", "DeepSpeedStrategy")):
+        ctx = Context(tmp_path, dry_fragment(fragment, device), 1, device)
+        trainer = dry_run_config(compose(preset, ctx.dry_fragment), ctx)["trainer"]
+        assert trainer["strategy"]["class_path"] == f"lit_rlhf.strategies.{strategy}"
+        assert trainer["strategy"]["init_args"]["stage"] == 3
+        assert (trainer["accelerator"], trainer["devices"]) == (device, 1)
+        assert trainer["precision"] == "bf16-mixed"
+
+
+def test_gpu_mode_is_skipped_without_cuda(monkeypatch, tmp_path):
+    monkeypatch.setenv(DEVICE_VARIABLE, "gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(pytest.skip.Exception, match="CUDA is not available"):
+        test_preset_dry_run(PRESETS[0], tmp_path)
+
+
+def dry_run_device() -> Device:
+    """Where the dry run runs: ``$LIT_RLHF_DRY_RUN_DEVICE`` (``cpu`` when unset or empty)."""
+    value = os.environ.get(DEVICE_VARIABLE, "").strip().lower() or "cpu"
+    if value not in ("cpu", "gpu"):
+        raise ValueError(f"{DEVICE_VARIABLE}={value!r}. Fix: cpu (the default) or gpu.")
+    return "gpu" if value == "gpu" else "cpu"
+
+
+def dry_fragment(fragment: str | None, device: Device) -> str | None:
+    """The trainer fragment the dry run composes: on a GPU the header's own; on CPU the CPU
+    twin of a DeepSpeed fragment (same stage, one process), else none (ddp -> one process)."""
+    if device == "gpu":
+        return fragment
     if fragment is None or "deepspeed" not in Path(fragment).stem:
         return None
     return f"configs/trainer/cpu_{Path(fragment).stem.removeprefix('cpu_')}.yaml"
@@ -387,6 +500,9 @@ def _needs(config: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
 def test_preset_dry_run(preset: Path, tmp_path: Path) -> None:
+    device = dry_run_device()
+    if device == "gpu" and not torch.cuda.is_available():
+        pytest.skip(f"{DEVICE_VARIABLE}=gpu, and CUDA is not available here")
     rel = str(preset.relative_to(REPO))
     fragment = _header_fragment(preset)
     composed = compose(preset, fragment)
@@ -401,8 +517,9 @@ def test_preset_dry_run(preset: Path, tmp_path: Path) -> None:
 
     args = composed["model"]["init_args"]
     batches = 2 if warmup_steps(args, args.get("lr_total_steps") or STANDIN_TOTAL) > 0 else 1
-    ctx = Context(tmp_path, _cpu_fragment(fragment), batches)
-    base = compose(preset, ctx.dry_fragment) if ctx.dry_fragment else composed
+    ctx = Context(tmp_path, dry_fragment(fragment, device), batches, device)
+    recompose = ctx.dry_fragment not in (None, fragment)  # the CPU twin instead of the header's
+    base = compose(preset, ctx.dry_fragment) if recompose else composed
     config = dry_run_config(base, ctx)
     _needs(config)
     _, probe = dry_run(config, ctx.root)
