@@ -101,29 +101,16 @@ class PromptDataModule(LightningDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        for arg, value in (("batch_size", batch_size), ("max_prompt_length", max_prompt_length)):
-            if value < 1:
-                raise ValueError(f"{arg} must be >= 1, got {value}")
-        if val_batch_size is not None and val_batch_size < 1:
-            raise ValueError(f"val_batch_size must be >= 1 or None, got {val_batch_size}")
-        if test_batch_size is not None and test_batch_size < 1:
-            raise ValueError(f"test_batch_size must be >= 1 or None, got {test_batch_size}")
-        if num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        _check_sizes(batch_size, val_batch_size, test_batch_size, max_prompt_length, num_workers)
         if shuffle and getattr(train, "ordered", False):
             raise ValueError(
                 f"the train source ({type(train).__name__}) has an order that matters (e.g. "
                 "MixturePrompts(schedule='sequential'): domain blocks by step ranges), and "
                 "shuffle=True would mix it. Fix: set data shuffle: false."
             )
-        _check_pretokenized(
-            (train, val, test),
-            {
-                "system_prompt": system_prompt,
-                "response_prefix": response_prefix,
-                "question_suffix": question_suffix,
-            },
-        )
+        texts = {"system_prompt": system_prompt, "response_prefix": response_prefix,
+                 "question_suffix": question_suffix}  # fmt: skip
+        _check_pretokenized((train, val, test), texts)
         self.tokenizer = load_tokenizer(tokenizer)
         self.train_source = train
         self.val_source = val
@@ -277,6 +264,24 @@ class PromptDataModule(LightningDataModule):
         if data is None:
             raise RuntimeError(f"the {split} prompts are not loaded; call setup() first")
         return data
+
+
+def _check_sizes(
+    batch_size: int,
+    val_batch_size: int | None,
+    test_batch_size: int | None,
+    max_prompt_length: int,
+    num_workers: int,
+) -> None:
+    """Refuse batch sizes and lengths below 1 and a negative worker count."""
+    for arg, value in (("batch_size", batch_size), ("max_prompt_length", max_prompt_length)):
+        if value < 1:
+            raise ValueError(f"{arg} must be >= 1, got {value}")
+    for arg, optional in (("val_batch_size", val_batch_size), ("test_batch_size", test_batch_size)):
+        if optional is not None and optional < 1:
+            raise ValueError(f"{arg} must be >= 1 or None, got {optional}")
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
 
 
 def _check_pretokenized(

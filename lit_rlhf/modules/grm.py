@@ -133,33 +133,41 @@ class GenerativeRewardModule(LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
-        _check_settings(self.hp)
-        self.settings = PPOSettings.from_hparams({**self.hparams, "advantage": "grpo"})
-        self.lr_settings = LRScheduleSettings.from_hparams(self.hparams)  # validates
-        self.judge_format = JudgeFormat(tuple(tags), subject, response_prefix, response_suffix)
+        self._init_core(reward, engine)
+        self.tokenizer = tokenizer
+        self.kl_coef = float(kl_coef)
+        self._init_state()
+
+    def _init_core(self, reward: RewardFunction | None, engine: GenerationEngine | None) -> None:
+        """Validated settings (before any model loads), the judge's format and inference, and
+        the shared core's rollout and GRPO update."""
+        hp = self.hp
+        _check_settings(hp)
+        self.settings = PPOSettings.from_hparams({**hp, "advantage": "grpo"})
+        self.lr_settings = LRScheduleSettings.from_hparams(hp)  # validates
+        self.judge_format = JudgeFormat(
+            tuple(hp.tags), hp.subject, hp.response_prefix, hp.response_suffix
+        )
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
-        self.rollouts = RolloutCollector(self.engine, self._judge_reward(reward, mode))
+        self.rollouts = RolloutCollector(self.engine, self._judge_reward(reward, hp.mode))
         self.inference = JudgeInference(
             self.engine,
             self.judge_format,
-            mode=inference or ("single" if eval_samples == 1 else "majority"),
-            samples=eval_samples,
-            critique_template=critique_template,
-            seed=seed,
+            mode=hp.inference or ("single" if hp.eval_samples == 1 else "majority"),
+            samples=hp.eval_samples,
+            critique_template=hp.critique_template,
+            seed=hp.seed,
         )
         self.critiques_seen = 0
         self.rl = PolicyStep(
             self.settings,
             self.rollouts,
-            max_grad_norm=max_grad_norm,
-            seed=seed,
-            max_consecutive_skips=max_consecutive_skips,
+            max_grad_norm=hp.max_grad_norm,
+            seed=hp.seed,
+            max_consecutive_skips=hp.max_consecutive_skips,
             lr_schedule=self.lr_settings,
         )
-        self.tokenizer = tokenizer
-        self.kl_coef = float(kl_coef)
-        self._init_state()
 
     def _init_state(self) -> None:
         """Networks (built in ``configure_model``), counters and evaluation metrics."""

@@ -149,24 +149,29 @@ class PPOModule(LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
-        self.settings = PPOSettings.from_hparams(self.hparams)  # validates
-        self.lr_settings = LRScheduleSettings.from_hparams(self.hparams)  # validates
-        _check_module_settings(self.hparams)
+        self._init_core(reward, engine)
+        self.tokenizer = tokenizer
+        self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it
+        self._init_state()
+
+    def _init_core(self, reward: RewardFunction, engine: GenerationEngine | None) -> None:
+        """Validated settings (before any model loads) and the shared core's rollout and update."""
+        hp = self.hp
+        self.settings = PPOSettings.from_hparams(hp)  # validates
+        self.lr_settings = LRScheduleSettings.from_hparams(hp)  # validates
+        _check_module_settings(hp)
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
         self.rollouts = RolloutCollector(self.engine, reward)
         self.rl = PolicyStep(
             self.settings,
             self.rollouts,
-            max_grad_norm=max_grad_norm,
-            seed=seed,
-            max_consecutive_skips=max_consecutive_skips,
+            max_grad_norm=hp.max_grad_norm,
+            seed=hp.seed,
+            max_consecutive_skips=hp.max_consecutive_skips,
             lr_schedule=self.lr_settings,
-            clip_grad_per_group=clip_per_network,
+            clip_grad_per_group=hp.clip_per_network,
         )
-        self.tokenizer = tokenizer
-        self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it
-        self._init_state()
 
     def _init_state(self) -> None:
         """Networks (built in ``configure_model``), counters and evaluation metrics."""
