@@ -1,0 +1,1 @@
+"""The comparisons of scripts/reproduce.py, one module per paper, and their shared half (common)."""
