@@ -325,7 +325,8 @@ def plot_curves(paper: Paper, runs: dict[str, dict[int, Figures]], path: Path) -
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -348,6 +349,6 @@ def write_outputs(
         "summary": summary,
     }
     _write_json(ctx.out / "results.json", everything)
-    if paper.curve_keys:
+    if paper.curve_keys and runs:
         plot_curves(paper, runs, ctx.out / f"{paper.name}.png")
     return summary
