@@ -221,9 +221,11 @@ def cached_run(paper: Paper, ctx: Context, arm: str, seed: int) -> Figures:
     if found is not None:
         return found
     ctx.log(f"arm {arm}, seed {seed}")
-    start = time.perf_counter()
+    load_before, start = os.getloadavg()[0], time.perf_counter()
     figures = paper.run_arm(ctx, arm, seed)
     figures["seconds"] = time.perf_counter() - start
+    # a wall time means something only with the machine's load beside it (1-minute averages)
+    figures["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     _write_json(path, {"fingerprint": fingerprint, "figures": figures})
     ctx.log(f"arm {arm}, seed {seed}: done in {figures['seconds']:.0f} s")
     return figures
@@ -275,9 +277,10 @@ def results_markdown(
     differences against the baseline, the primary verdict and the pre-check's figures."""
     metrics = paper.table_metrics
     lines = [f"# {paper.title}", "", f"Seeds {list(seeds)}; cells: mean [95 % t-interval]."]
-    lines += ["", "| arm | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    columns = (*metrics, "seconds")  # wall time per run; each result.json has its load beside it
+    lines += ["", "| arm | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for arm, figures in summary["arms"].items():
-        cells = [_interval(figures[m]).cell() if m in figures else "n/a" for m in metrics]
+        cells = [_interval(figures[m]).cell() if m in figures else "n/a" for m in columns]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += ["", "Paired differences against the baseline (same seeds):", ""]
     lines += ["| difference | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
