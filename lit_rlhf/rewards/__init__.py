@@ -9,6 +9,7 @@ from lit_rlhf.rewards.instructions import InstructionReward
 from lit_rlhf.rewards.judge import JudgeReward
 from lit_rlhf.rewards.math import MathReward
 from lit_rlhf.rewards.reward_model import ScalarRMReward
+from lit_rlhf.rewards.similarity import ReferenceSimilarityReward
 from lit_rlhf.rewards.simple import DigitFractionReward
 from lit_rlhf.rewards.verdict import VerdictReward
 
@@ -19,6 +20,7 @@ __all__ = [
     "InstructionReward",
     "JudgeReward",
     "MathReward",
+    "ReferenceSimilarityReward",
     "RewardByTask",
     "RewardFunction",
     "ScalarRMReward",
