@@ -14,14 +14,22 @@ step (3 domains: 12 bytes per parameter on top of the usual gradient).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from lightning import Callback
 from torch import Tensor
 
-from lit_rlhf.algos.gradient_surgery import GRANULARITIES, Granularity, group_parameters, surgery
+from lit_rlhf.algos.gradient_surgery import (
+    GRANULARITIES,
+    Granularity,
+    conflict_summary,
+    group_parameters,
+    permute_task_labels,
+    surgery,
+    task_gram,
+)
 from lit_rlhf.training.task_backward import check_task_backward_supported
 
 
@@ -37,11 +45,24 @@ class ModularGradientSurgery(Callback):
             of decoder-block submodules the built-in names do not know, by exact name (e.g.
             ``{dense: mlp}``). A parameter that is still unknown is refused when fit starts
             (before the first rollout), naming it and this fix.
+        apply: False measures only: the step's gradient is the plain sum of the domain
+            gradients (mixed RL) and the logged conflicts are those PCGrad would act on.
+        diagnostics: more granularities measured on the SAME per-domain gradients every step
+            (e.g. ``[module, global]``: conflicts per module and over the whole gradient, and
+            the share of the gradient's norm PCGrad would remove at each), whatever ``apply``.
+        shuffle_tasks: the null control of the diagnostics: every step, the domain labels are
+            permuted across the step's prompts before the per-domain split (a prompt's samples
+            keep one label, each domain its number of prompts; rewards are untouched, they were
+            given by the true labels), so "domains" are random prompt sets of the same sizes.
 
     Logged per step (under ``ModularGradientSurgery/``): ``cosine_mean`` and ``cosine_min`` of
     the original domain gradients over all groups and domain pairs, ``conflict_fraction`` (the
-    share of (group, pair) with negative cosine), ``projections`` (per group, mean) and
-    ``domains`` (domains in the step).
+    share of (group, pair) with negative cosine), ``projections`` (per group, mean),
+    ``removed_share`` (``|g - g'| / |g|``, g the plain sum, g' the surgery's; 0 without
+    ``apply``), ``norm_ratio`` (``|g'| / |g|``), ``domains`` (domains in the step); per
+    diagnostic granularity ``<granularity>/conflict_fraction``, ``/cosine_mean``,
+    ``/removed_share`` and ``/norm_ratio``
+    (:func:`~lit_rlhf.algos.gradient_surgery.conflict_summary`).
     """
 
     def __init__(
@@ -49,12 +70,21 @@ class ModularGradientSurgery(Callback):
         granularity: Granularity = "module",
         seed: int = 0,
         module_map: dict[str, str] | None = None,
+        apply: bool = True,
+        diagnostics: Sequence[Granularity] = (),
+        shuffle_tasks: bool = False,
     ) -> None:
-        if granularity not in GRANULARITIES:
-            raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+        bad = [g for g in (granularity, *diagnostics) if g not in GRANULARITIES]
+        if bad:
+            raise ValueError(
+                f"granularity must be one of {GRANULARITIES} (each of diagnostics too), got {bad}"
+            )
         group_parameters([], granularity, module_map)  # validates module_map now
         self.granularity, self.seed, self.module_map = granularity, seed, dict(module_map or {})
+        self.apply, self.diagnostics = apply, list(dict.fromkeys(diagnostics))
+        self.shuffle_tasks = shuffle_tasks
         self._groups: dict[str, list[str]] | None = None
+        self._diagnostic_groups: dict[str, dict[str, list[str]]] = {}
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         check_task_backward_supported(trainer.strategy, type(self).__name__)
@@ -81,14 +111,19 @@ class ModularGradientSurgery(Callback):
         names = list(next(iter(grads_by_task.values())))
         if self._groups is None or sum(len(v) for v in self._groups.values()) != len(names):
             self._groups = group_parameters(names, self.granularity, self.module_map)
+            self._diagnostic_groups = {}
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + trainer.global_step)
-        combined, stats = surgery(grads_by_task, self._groups, generator=generator)
+        if self.apply:
+            combined, stats = surgery(grads_by_task, self._groups, generator=generator)
+        else:
+            combined, stats = _plain_sum(grads_by_task, names), {}
         cosines = [c for s in stats.values() for c in s.cosine.values()]
         out = {
             "domains": torch.tensor(float(len(grads_by_task))),
             "projections": torch.tensor(
                 sum(s.projections for s in stats.values()) / max(len(stats), 1)
             ),
+            **_norm_change(grads_by_task, combined),
         }
         if cosines:
             values = torch.tensor(cosines)
@@ -97,7 +132,65 @@ class ModularGradientSurgery(Callback):
                 cosine_min=values.min(),
                 conflict_fraction=(values < 0).float().mean(),
             )
+        out.update(self._diagnose(trainer, grads_by_task, names))
         return combined, out
+
+    def task_labels(
+        self, trainer: Any, tasks: Sequence[str], group_ids: Sequence[int]
+    ) -> list[str]:
+        """The domain label of each sample for the per-domain split: the true ones, or with
+        ``shuffle_tasks`` a seeded permutation across the step's prompt groups (the null)."""
+        if not self.shuffle_tasks:
+            return list(tasks)
+        step = int(getattr(trainer, "global_step", 0))
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step + 7_919)
+        return permute_task_labels(tasks, group_ids, generator=generator)
+
+    def _diagnose(
+        self, trainer: Any, grads_by_task: Mapping[str, Mapping[str, Tensor]], names: list[str]
+    ) -> dict[str, Tensor]:
+        if not self.diagnostics or len(grads_by_task) < 2:
+            return {}
+        _, grams = task_gram(grads_by_task)
+        out: dict[str, Tensor] = {}
+        for granularity in self.diagnostics:
+            if granularity not in self._diagnostic_groups:
+                self._diagnostic_groups[granularity] = group_parameters(
+                    names, granularity, self.module_map
+                )
+            seed = self.seed * 1_000_003 + int(trainer.global_step)
+            summary = conflict_summary(grams, self._diagnostic_groups[granularity],
+                                       generator=torch.Generator().manual_seed(seed))  # fmt: skip
+            for key in ("conflict_fraction", "cosine_mean", "removed_share", "norm_ratio"):
+                out[f"{granularity}/{key}"] = torch.tensor(float(getattr(summary, key)))
+        return out
+
+
+def _plain_sum(
+    grads_by_task: Mapping[str, Mapping[str, Tensor]], names: list[str]
+) -> dict[str, Tensor]:
+    """The sum over tasks of each parameter's gradient (mixed RL's gradient)."""
+    tasks = list(grads_by_task.values())
+    return {n: torch.stack([grads[n] for grads in tasks if n in grads]).sum(dim=0) for n in names}
+
+
+def _norm_change(
+    grads_by_task: Mapping[str, Mapping[str, Tensor]], combined: Mapping[str, Tensor]
+) -> dict[str, Tensor]:
+    """``removed_share`` = |g - g'| / |g| and ``norm_ratio`` = |g'| / |g| (g: the plain sum of
+    the task gradients, g': the combined one), over all parameters."""
+    before = after = removed = 0.0
+    for name, new in combined.items():
+        parts = [grads[name].float() for grads in grads_by_task.values() if name in grads]
+        plain = torch.stack(parts).sum(dim=0)
+        before += float(plain.pow(2).sum())
+        after += float(new.float().pow(2).sum())
+        removed += float((plain - new.float()).pow(2).sum())
+    scale = before**0.5
+    return {
+        "removed_share": torch.tensor(removed**0.5 / scale if scale > 0 else 0.0),
+        "norm_ratio": torch.tensor(after**0.5 / scale if scale > 0 else 0.0),
+    }
 
 
 def memory_problem(tasks: int, params: list[Tensor], device_bytes: int) -> str | None:

@@ -31,7 +31,7 @@ Decisions the paper leaves open:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -257,3 +257,113 @@ def surgery(
             combined[n] = merged[offset : offset + like.numel()].view_as(like)
             offset += like.numel()
     return combined, stats
+
+
+# ------------------------------------------------- diagnostics from per-tensor Gram matrices
+
+
+def task_gram(
+    grads_by_task: Mapping[str, Mapping[str, Tensor]],
+) -> tuple[list[str], dict[str, Tensor]]:
+    """The sorted task names and, per parameter name, the [T, T] float64 Gram matrix of the
+    tasks' gradients (``G[a, b] = <g_a, g_b>``). Summing the Gram matrices of a group's tensors
+    gives the group's, so conflicts and PCGrad can be measured at every granularity from one
+    pass over the gradients, without flattening them. Only parameters every task has count."""
+    tasks = sorted(grads_by_task)
+    if not tasks:
+        raise ValueError("grads_by_task is empty: at least one task must have a gradient")
+    names = [n for n in grads_by_task[tasks[0]] if all(n in grads_by_task[t] for t in tasks)]
+    grams: dict[str, Tensor] = {}
+    for name in names:
+        flat = torch.stack([grads_by_task[t][name].detach().reshape(-1).float() for t in tasks])
+        grams[name] = (flat @ flat.T).double().cpu()
+    return tasks, grams
+
+
+def pcgrad_coefficients(
+    gram: Tensor, *, generator: torch.Generator | None = None, eps: float = _EPS
+) -> Tensor:
+    """[T, T] coefficients C of PCGrad in the span of the ORIGINAL task gradients: the projected
+    gradient of task i is ``sum_k C[i, k] g_k``. The same algorithm as
+    :func:`project_conflicting` (random orders from ``generator``, projections onto the original
+    g_j when <g_i', g_j> < 0, skipped when |g_j|^2 <= eps), run on the Gram matrix alone."""
+    n = gram.shape[0]
+    coef = torch.eye(n, dtype=torch.float64)
+    for i in torch.randperm(n, generator=generator).tolist():
+        for j in torch.randperm(n, generator=generator).tolist():
+            if j == i:
+                continue
+            dot = coef[i] @ gram[:, j]
+            if dot < 0 and gram[j, j] > eps:
+                coef[i, j] -= dot / gram[j, j]
+    return coef
+
+
+@dataclass
+class ConflictSummary:
+    """Conflicts of the task gradients at one granularity, and what PCGrad there would do.
+
+    ``conflict_fraction``: share of (group, task pair) with negative cosine; ``cosine_mean``:
+    the mean of those cosines; ``removed_share``: ``|g - g'| / |g|`` with g the plain sum of the
+    task gradients and g' PCGrad's sum (all groups together); ``norm_ratio``: ``|g'| / |g|``."""
+
+    conflict_fraction: float
+    cosine_mean: float
+    removed_share: float
+    norm_ratio: float
+    groups: int
+
+
+def conflict_summary(
+    grams: Mapping[str, Tensor],
+    groups: Mapping[str, list[str]],
+    *,
+    generator: torch.Generator | None = None,
+) -> ConflictSummary:
+    """:class:`ConflictSummary` of per-tensor Gram matrices (:func:`task_gram`) grouped by
+    ``groups`` (:func:`group_parameters`); tensors missing from ``grams`` are left out."""
+    cosines: list[float] = []
+    before_sq = after_sq = removed_sq = 0.0
+    used = 0
+    for names in groups.values():
+        parts = [grams[n] for n in names if n in grams]
+        if not parts:
+            continue
+        used += 1
+        gram = torch.stack(parts).sum(dim=0)
+        norms = gram.diagonal().clamp(min=0).sqrt()
+        for a in range(gram.shape[0]):
+            for b in range(a + 1, gram.shape[0]):
+                denom = float(norms[a] * norms[b])
+                cosines.append(float(gram[a, b]) / denom if denom > 0 else 0.0)
+        weights = pcgrad_coefficients(gram, generator=generator).sum(dim=0)  # g' = w . g
+        ones = torch.ones_like(weights)
+        before_sq += float(ones @ gram @ ones)
+        after_sq += float(weights @ gram @ weights)
+        removed_sq += float((ones - weights) @ gram @ (ones - weights))
+    before = max(before_sq, 0.0) ** 0.5
+    return ConflictSummary(
+        conflict_fraction=sum(c < 0 for c in cosines) / len(cosines) if cosines else 0.0,
+        cosine_mean=sum(cosines) / len(cosines) if cosines else 0.0,
+        removed_share=max(removed_sq, 0.0) ** 0.5 / before if before > 0 else 0.0,
+        norm_ratio=max(after_sq, 0.0) ** 0.5 / before if before > 0 else 0.0,
+        groups=used,
+    )
+
+
+def permute_task_labels(
+    tasks: Sequence[str], group_ids: Sequence[int], *, generator: torch.Generator | None = None
+) -> list[str]:
+    """A null control for per-task gradients: the task labels permuted across the prompt groups
+    (samples of one prompt keep one label, each task keeps its number of groups), so a
+    "domain" becomes a random set of prompts of the same size. ``group_ids[k]`` is the prompt
+    group of sample k; a group's label is its first sample's."""
+    if len(tasks) != len(group_ids):
+        raise ValueError(f"{len(tasks)} task labels but {len(group_ids)} group ids")
+    label: dict[int, str] = {}
+    for task, group in zip(tasks, group_ids, strict=True):
+        label.setdefault(int(group), str(task))
+    order = list(label)
+    shuffled = [label[order[k]] for k in torch.randperm(len(order), generator=generator).tolist()]
+    new = dict(zip(order, shuffled, strict=True))
+    return [new[int(g)] for g in group_ids]

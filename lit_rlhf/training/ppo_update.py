@@ -30,7 +30,11 @@ from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
 from lit_rlhf.training.faults import SKIPPED_STEPS_KEY
 from lit_rlhf.training.lr_schedule import LR_KEY
 from lit_rlhf.training.optimization import OptimizerStep
-from lit_rlhf.training.protocols import PolicyLossContext, task_gradient_hook
+from lit_rlhf.training.protocols import (
+    PolicyLossContext,
+    gradient_task_labels,
+    task_gradient_hook,
+)
 from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import Experience
 
@@ -89,6 +93,8 @@ class PPOUpdate:
         self.use_current_as_old = use_current_as_old
         self.step = step
         self.stats: dict[str, list[Tensor]] = defaultdict(list)
+        # the per-task split's labels (the rollout's, or a null control's permutation of them)
+        self.task_labels: list[str] | None = None
 
     def run(
         self,
@@ -104,7 +110,14 @@ class PPOUpdate:
         sync); returns the mean of every recorded diagnostic. Each step is told its place among
         the update's steps (the lr schedule's ``lr_interval: batch`` counts the update once)."""
         n, size = len(self.experience), self.settings.update_size(len(self.experience))
-        by_task = task_gradient_hook(getattr(module, "_trainer", None)) is not None
+        hook = task_gradient_hook(getattr(module, "_trainer", None))
+        by_task = hook is not None
+        rollout = self.experience.rollout
+        self.task_labels = (
+            gradient_task_labels(hook, module.trainer, rollout.tasks, rollout.group_ids.tolist())
+            if by_task
+            else None
+        )
         steps = self.settings.ppo_epochs * math.ceil(n / size)
         done = 0
         for _ in range(self.settings.ppo_epochs):
@@ -127,7 +140,7 @@ class PPOUpdate:
         size = self.settings.micro_batch_size
         if not by_task:
             return [MicroBatch(micro, n_tokens, len(index)) for micro in index.split(size)]
-        tasks = self.experience.rollout.tasks
+        tasks = self.task_labels or self.experience.rollout.tasks
         groups: dict[str, list[int]] = {}
         for row in index.tolist():
             groups.setdefault(tasks[row], []).append(row)

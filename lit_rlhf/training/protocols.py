@@ -187,6 +187,25 @@ class TaskGradientHook(Protocol):
     ) -> tuple[Mapping[str, Tensor], Mapping[str, Tensor]]: ...
 
 
+def gradient_task_labels(
+    hook: Any, trainer: Any, tasks: Sequence[str], group_ids: Sequence[int]
+) -> list[str]:
+    """Each sample's task for the per-task backward: the rollout's own (``tasks``), unless the
+    :class:`TaskGradientHook` also defines ``task_labels(trainer, tasks, group_ids) -> list[str]``
+    (optional; e.g. MGS's null control permutes the labels across prompt groups); ``group_ids``
+    are the samples' prompt groups. Rewards never see these labels."""
+    relabel = getattr(hook, "task_labels", None)
+    if not callable(relabel):
+        return list(tasks)
+    labels = [str(t) for t in relabel(trainer, tasks, group_ids)]
+    if len(labels) != len(tasks):
+        raise ValueError(
+            f"{type(hook).__name__}.task_labels returned {len(labels)} labels for "
+            f"{len(tasks)} samples"
+        )
+    return labels
+
+
 def task_gradient_hook(trainer: Any) -> Any:
     """The trainer's :class:`TaskGradientHook` callback (None without one); two are an error."""
     hooks = _callbacks(trainer, TaskGradientHook)

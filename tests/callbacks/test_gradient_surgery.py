@@ -127,3 +127,63 @@ def test_the_memory_bound_refuses_only_a_run_whose_buffers_cannot_fit() -> None:
     # the authors' 7B preset on an 80 GB GPU: 7.62B parameters need 121.9 GB of buffers alone
     qwen7b = torch.empty(7_615_616_512, dtype=torch.bfloat16, device="meta")
     assert "= 121.8 GB" in (memory_problem(3, [qwen7b], device_bytes=80 * 2**30) or "")
+
+
+def test_measuring_only_steps_with_the_mixed_gradient_and_logs_both_granularities() -> None:
+    from lit_rlhf.algos.gradient_surgery import conflict_summary, task_gram
+
+    start = {n: p.detach().clone() for n, p in TaskModule().named_parameters()}
+    callback = ModularGradientSurgery(granularity="module", seed=2, apply=False,
+                                      diagnostics=["module", "global"])  # fmt: skip
+    trained = _fit([callback])
+    grads = _task_grads()
+    for name, param in trained.named_parameters():
+        mixed = sum(g[name] for g in grads.values())
+        torch.testing.assert_close(param.detach(), start[name] - 0.1 * mixed)
+    logged = trained.stats[0]
+    assert float(logged["ModularGradientSurgery/removed_share"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(logged["ModularGradientSurgery/norm_ratio"]) == pytest.approx(1.0, abs=1e-6)
+    _, grams = task_gram(grads)
+    for granularity in ("module", "global"):
+        groups = group_parameters(list(start), granularity)  # type: ignore[arg-type]
+        expected = conflict_summary(grams, groups)
+        key = f"ModularGradientSurgery/{granularity}/"
+        assert float(logged[key + "conflict_fraction"]) == pytest.approx(expected.conflict_fraction)
+        assert float(logged[key + "cosine_mean"]) == pytest.approx(expected.cosine_mean, abs=1e-5)
+        assert float(logged[key + "removed_share"]) >= 0
+
+
+def test_the_applied_surgery_logs_the_share_of_the_norm_it_removes() -> None:
+    trained = _fit([ModularGradientSurgery(granularity="global", seed=5)])
+    grads = _task_grads()
+    names = list(grads["chat"])
+    groups = group_parameters(names, "global")
+    combined, _ = surgery(grads, groups, generator=torch.Generator().manual_seed(5 * 1_000_003))
+    plain = torch.cat([sum(g[n] for g in grads.values()).reshape(-1) for n in names])
+    after = torch.cat([combined[n].reshape(-1) for n in names])
+    logged = trained.stats[0]
+    share = float((plain - after).norm() / plain.norm())
+    assert share > 0.01  # the tasks conflict, so PCGrad changes the step
+    assert float(logged["ModularGradientSurgery/removed_share"]) == pytest.approx(share, rel=1e-4)
+    ratio = float(after.norm() / plain.norm())
+    assert float(logged["ModularGradientSurgery/norm_ratio"]) == pytest.approx(ratio, rel=1e-4)
+
+
+def test_the_null_control_relabels_prompt_groups_and_the_core_asks_for_it() -> None:
+    from lit_rlhf.training.protocols import gradient_task_labels
+
+    class _Trainer:
+        global_step = 4
+
+    tasks, groups = ["a", "a", "b", "b", "c", "c"], [0, 0, 1, 1, 2, 2]
+    plain = ModularGradientSurgery(seed=1)
+    null = ModularGradientSurgery(seed=1, shuffle_tasks=True)
+    assert gradient_task_labels(plain, _Trainer(), tasks, groups) == tasks
+    assert gradient_task_labels(object(), _Trainer(), tasks, groups) == tasks  # no hook method
+    seen = {tuple(gradient_task_labels(ModularGradientSurgery(seed=s, shuffle_tasks=True),
+                                       _Trainer(), tasks, groups)) for s in range(12)}  # fmt: skip
+    assert len(seen) > 1 and all(sorted(s) == sorted(tasks) for s in seen)
+    again = gradient_task_labels(null, _Trainer(), tasks, groups)
+    assert again == gradient_task_labels(null, _Trainer(), tasks, groups)  # seeded by step
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        ModularGradientSurgery(diagnostics=["blocks"])  # type: ignore[list-item]
