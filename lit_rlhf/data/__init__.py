@@ -1,6 +1,6 @@
 """Data: prompt sources (Countdown, local files, hub datasets), plain-text chunks for
 compressor-decoder modules, preference-pair sources for generative reward models, judge
-templates, and the prompt data module."""
+templates, the prompt data module, and the supervised fine-tuning data module."""
 
 from lit_rlhf.data.countdown import countdown_question, generate_countdown
 from lit_rlhf.data.judge_templates import (
@@ -11,6 +11,7 @@ from lit_rlhf.data.judge_templates import (
 from lit_rlhf.data.mixture import MixturePrompts
 from lit_rlhf.data.pairs import PreferencePairs
 from lit_rlhf.data.prompts import PromptDataModule, collate_prompts
+from lit_rlhf.data.sft import SFTDataModule, collate_sft
 from lit_rlhf.data.sources import CountdownPrompts, FilePrompts, PromptSource
 from lit_rlhf.data.synthetic_pairs import SyntheticPairs
 from lit_rlhf.data.text import TextChunks
@@ -23,9 +24,11 @@ __all__ = [
     "PreferencePairs",
     "PromptDataModule",
     "PromptSource",
+    "SFTDataModule",
     "SyntheticPairs",
     "TextChunks",
     "collate_prompts",
+    "collate_sft",
     "countdown_question",
     "generate_countdown",
     "render_judge_prompt",

@@ -25,8 +25,7 @@ from torchmetrics.classification import BinaryAccuracy
 from lit_rlhf.data.judge_templates import require_label
 from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
 from lit_rlhf.models.scoring import conversation_text, score_texts
-from lit_rlhf.rollout.weight_sync import gathered
-from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
+from lit_rlhf.strategies import transformers_zero3_context
 from lit_rlhf.training import (
     EpochEndLoaderReset,
     GlobalRNGState,
@@ -34,6 +33,7 @@ from lit_rlhf.training import (
     OptimizerStep,
 )
 from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
+from lit_rlhf.training.export import export_pretrained
 from lit_rlhf.training.precision import check_trainable_precision
 
 
@@ -222,26 +222,4 @@ class RewardModelModule(LightningModule):
         self.step_optimizer.load_from(checkpoint)
 
     def on_fit_end(self) -> None:
-        if self.hp.export_dir is None or getattr(
-            self.trainer, "fast_dev_run", False
-        ):  # a smoke run exports nothing
-            return
-        state = self._full_state_dict()  # every rank takes part (ZeRO-3 gathers)
-        if self.trainer.is_global_zero:
-            self.model.save_pretrained(self.hp.export_dir, state_dict=state)
-            self.tokenizer.save_pretrained(self.hp.export_dir)
-        self.trainer.strategy.barrier()
-
-    def _full_state_dict(self) -> dict[str, Tensor] | None:
-        """The whole model's weights on CPU for rank 0 (None elsewhere): a DeepSpeed ZeRO-3
-        partition is gathered one parameter at a time, every rank in the same order."""
-        if not is_deepspeed(self.trainer.strategy):
-            return None  # save_pretrained reads the model itself
-        state: dict[str, Tensor] = {}
-        for name, param in self.model.named_parameters():
-            with gathered(param):
-                if self.trainer.is_global_zero:
-                    state[name] = param.detach().to("cpu", copy=True)
-        for name, buffer in self.model.named_buffers():
-            state[name] = buffer.detach().to("cpu", copy=True)
-        return state if self.trainer.is_global_zero else None
+        export_pretrained(self.trainer, self.model, self.tokenizer, self.hp.export_dir)

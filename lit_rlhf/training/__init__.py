@@ -7,6 +7,8 @@
   skip of non-finite steps, and a resumable checkpoint on SIGTERM / Ctrl-C.
 - :class:`FrozenModules` / :func:`freeze`: frozen models (a reference policy, a frozen decoder)
   kept out of checkpoints and put back on load.
+- :func:`export_pretrained` (:mod:`.export`): the end-of-fit Hugging Face folder of a trained
+  model and its tokenizer (ZeRO-3 partitions gathered first).
 - :class:`AtomicCheckpointIO`: checkpoint files written under a temporary name, then renamed.
 - :class:`EpochEndLoaderReset`: a callback; a resume from a checkpoint taken at an epoch's last
   batch starts the next epoch with a fresh train loader (not the spent epoch's position).
@@ -29,6 +31,7 @@
 from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
 from lit_rlhf.training.checkpoint_io import AtomicCheckpointIO
 from lit_rlhf.training.experience import build_experience, compute_advantages, experience_stats
+from lit_rlhf.training.export import export_pretrained
 from lit_rlhf.training.faults import CheckpointOnInterrupt, NonFiniteSkips
 from lit_rlhf.training.frozen import FrozenModules, freeze
 from lit_rlhf.training.gradients import Gradients
@@ -84,6 +87,7 @@ __all__ = [
     "compute_advantages",
     "critic_values",
     "experience_stats",
+    "export_pretrained",
     "freeze",
     "gradient_hooks",
     "minibatches",

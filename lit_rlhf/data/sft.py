@@ -1,0 +1,374 @@
+"""Supervised fine-tuning data: prompt/response or chat rows -> token ids and labels that train a
+causal LM on the response tokens only (the SFT stage of Ouyang et al. 2022, arXiv 2203.02155).
+
+A row is either
+
+- ``{"prompt": str, "response": str}``: with ``chat_template`` and a tokenizer that has one, the
+  prompt is rendered as ``[system?, user: prompt]`` plus the generation prompt (as
+  :class:`~lit_rlhf.data.PromptDataModule` renders prompts for generation), and the response
+  follows as its own tokens plus the EOS token; without a template, the raw prompt (after
+  ``system_prompt`` and a blank line) with the tokenizer's usual special tokens, then the same;
+- ``{"messages": [{"role": ..., "content": ...}, ...]}``: a chat rendered by the tokenizer's chat
+  template, trained on every assistant turn (its content and the template's end-of-turn text);
+  the system, user and any other turns are context only. Each assistant turn is cut out of the
+  rendering as the difference between the chat up to it with the generation prompt and the chat
+  including it, so the template must render a conversation as a prefix of its continuation.
+
+Labels are the token ids on trained tokens and -100 elsewhere (prompt, context turns, padding);
+the module shifts them (the token at position t is predicted from the tokens before it). A
+sequence longer than ``max_length`` loses its tail; a row whose prompt leaves no response token
+within ``max_length`` is an error naming the file, row and fix (or, with ``long_prompts: drop``,
+dropped with a count). A batch is::
+
+    input_ids       [b, T] long, right-padded with the pad id
+    attention_mask  [b, T] long, 1 on real tokens
+    labels          [b, T] long, the trained token ids, -100 elsewhere
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any, Literal
+
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from lit_rlhf.data.prompts import EpochShuffleSampler, epoch_to_train, pad_ids, render_chat_prompt
+from lit_rlhf.data.sources import _load_table
+from lit_rlhf.models import load_tokenizer
+
+IGNORE = -100  # the label of a token that is not trained (torch's cross-entropy ignore_index)
+LongPrompts = Literal["error", "drop"]
+
+
+class SFTEncoder:
+    """Rows -> ``{"input_ids", "labels"}`` (the module docstring says how). ``chat_template``:
+    render with the tokenizer's chat template (True only when the tokenizer has one)."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        max_length: int,
+        chat_template: bool,
+        system_prompt: str | None = None,
+        prompt_field: str = "prompt",
+        response_field: str = "response",
+        messages_field: str = "messages",
+    ) -> None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError(
+                "the tokenizer has no EOS token: a response could not end. Fix: use a tokenizer "
+                "that defines one."
+            )
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.chat_template = chat_template and bool(getattr(tokenizer, "chat_template", None))
+        self.system_prompt = system_prompt
+        self.fields = (prompt_field, response_field, messages_field)
+
+    def encode(self, row: Mapping[str, Any], where: str) -> dict[str, list[int]]:
+        """One row's ``input_ids`` and ``labels``, cut to ``max_length``, and ``length`` (``[n]``:
+        its tokens before the cut); ``where`` names the row in errors. Raises ValueError for a
+        malformed row, :class:`LongPromptError` for one with no trained token left."""
+        prompt_field, response_field, messages_field = self.fields
+        if row.get(messages_field) is not None:
+            pieces = self._chat_pieces(row[messages_field], where)
+        else:
+            prompt = _text(row, prompt_field, where, "prompt_field", self.fields)
+            response = _text(row, response_field, where, "response_field", self.fields)
+            pieces = [(self._render_prompt(prompt), False), (response, True)]
+        ids: list[int] = []
+        labels: list[int] = []
+        for number, (text, trained) in enumerate(pieces):
+            special = number == 0 and not self.chat_template  # a raw prompt: BOS etc.
+            piece = self.tokenizer(text, add_special_tokens=special)["input_ids"]
+            if trained and row.get(messages_field) is None:
+                piece = [*piece, self.tokenizer.eos_token_id]
+            ids += piece
+            labels += piece if trained else [IGNORE] * len(piece)
+        length, ids, labels = len(ids), ids[: self.max_length], labels[: self.max_length]
+        if all(label == IGNORE for label in labels[1:]):  # position 0 is never predicted
+            raise LongPromptError(
+                f"{where}: no response token is left within max_length={self.max_length} "
+                f"tokens (the prompt/context takes {_untrained_prefix(labels)} of them). Fix: "
+                "raise data max_length, shorten or remove the row, or set data long_prompts: "
+                "drop to skip such rows."
+            )
+        return {"input_ids": ids, "labels": labels, "length": [length]}
+
+    def _render_prompt(self, prompt: str) -> str:
+        return render_chat_prompt(
+            self.tokenizer,
+            prompt,
+            system_prompt=self.system_prompt,
+            use_chat_template=self.chat_template,
+        )
+
+    def _chat_pieces(self, messages: Any, where: str) -> list[tuple[str, bool]]:
+        """(text, trained) pieces of a rendered chat: context up to each assistant turn, then
+        that turn; anything after the last assistant turn is left out (nothing to train)."""
+        messages = _check_messages(messages, where, self.fields[2])
+        if not self.chat_template:
+            why = (
+                "the tokenizer has none"
+                if self.tokenizer.chat_template is None
+                else ("data chat_template is false")
+            )
+            raise ValueError(
+                f"{where}: a chat row ({self.fields[2]!r}) needs a chat template, and {why}. "
+                "Fix: set data chat_template: true with a tokenizer that has a template, or "
+                "write the rows as prompt/response pairs."
+            )
+        if self.system_prompt and messages[0]["role"] != "system":
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        pieces: list[tuple[str, bool]] = []
+        done = ""
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            before = self._render(messages[:i], opened=True) if i else ""
+            after = self._render(messages[: i + 1], opened=False)
+            if not (before.startswith(done) and after.startswith(before)):
+                raise ValueError(
+                    f"{where}: the tokenizer's chat template does not render the chat up to "
+                    f"assistant turn {i} as a prefix of the chat including it (it rewrites "
+                    "earlier turns, e.g. drops their reasoning), so the turn's tokens cannot be "
+                    "cut out. Fix: end each row at its first assistant turn (one row per "
+                    "turn), or use prompt/response rows."
+                )
+            pieces += [(before[len(done) :], False), (after[len(before) :], True)]
+            done = after
+        return [(text, trained) for text, trained in pieces if text]
+
+    def _render(self, messages: Sequence[Mapping[str, str]], *, opened: bool) -> str:
+        return str(
+            self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=opened
+            )
+        )
+
+
+def _text(
+    row: Mapping[str, Any], field: str, where: str, setting: str, fields: tuple[str, ...]
+) -> str:
+    value = row.get(field)
+    if not isinstance(value, str) or not value.strip():
+        got = "missing" if value is None else f"{type(value).__name__} {value!r:.60}"
+        raise ValueError(
+            f"{where}: field {field!r} must be a non-empty string, got {got}. A row is "
+            f"{{{fields[0]!r}: str, {fields[1]!r}: str}} or {{{fields[2]!r}: [{{role, "
+            f"content}}, ...]}}. Fix: repair or remove the row, or set data {setting} to the "
+            f"column that holds it (columns: {sorted(row)})."
+        )
+    return value
+
+
+def _check_messages(messages: Any, where: str, field: str) -> list[dict[str, str]]:
+    """A list of ``{role, content}`` string dicts with at least one non-empty assistant turn."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where}: {field!r} must be a non-empty list of {{role, content}} "
+                         "messages. Fix: repair or remove the row.")  # fmt: skip
+    for i, message in enumerate(messages):
+        if not (isinstance(message, Mapping) and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)):  # fmt: skip
+            raise ValueError(
+                f"{where}: message {i} of {field!r} is {message!r:.80}, not a {{role: str, "
+                "content: str}} dict. Fix: repair or remove the row."
+            )
+    if not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
+        raise ValueError(
+            f"{where}: the chat in {field!r} has no non-empty assistant turn, so there is "
+            "nothing to train on. Fix: add the assistant's reply, or remove the row."
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def _untrained_prefix(labels: Sequence[int]) -> int:
+    return next((i for i, label in enumerate(labels) if label != IGNORE), len(labels))
+
+
+def collate_sft(
+    rows: Sequence[Mapping[str, Sequence[int]]], *, pad_token_id: int
+) -> dict[str, Any]:
+    """Right-pad encoded rows into a batch (format in the module docstring)."""
+    input_ids, mask = pad_ids([row["input_ids"] for row in rows], pad_token_id, "right")
+    labels, _ = pad_ids([row["labels"] for row in rows], IGNORE, "right")
+    return {"input_ids": input_ids, "attention_mask": mask.long(), "labels": labels}
+
+
+class LongPromptError(ValueError):
+    """A row whose prompt leaves no response token within ``max_length``."""
+
+
+class SFTDataModule(LightningDataModule):
+    """Supervised fine-tuning batches (rows and batch format in the module docstring).
+
+    Args:
+        tokenizer: hub id, local folder, or ``builtin:<name>``; loaded here, so the CLI hands
+            ``self.tokenizer`` to the model (use the model's own).
+        train: the training rows: a local ``.json``/``.jsonl``/``.parquet`` file or folder, or
+            a hub dataset id (loaded by ``datasets``; offline, a local file).
+        val: the validation rows, the same way (None: no validation).
+        batch_size: rows per training batch (the module may split it into micro-batches).
+        val_batch_size: rows per validation batch; None uses ``batch_size``.
+        max_length: tokens per sequence; a longer one loses its tail (counted in a warning).
+        seed: the shuffling seed (the order of an epoch depends on seed and epoch only).
+        chat_template: render with the tokenizer's chat template when it has one; without,
+            prompt/response rows are raw text and chat rows are refused.
+        system_prompt: a system message put before every prompt (and before a chat that has
+            none).
+        num_workers: DataLoader worker processes.
+        shuffle: shuffle the training rows every epoch.
+        train_split, val_split: the splits of a hub dataset, with optional slicing
+            (``"train[:90%]"``); a local file is one split, so only the slice applies to it.
+        dataset_name: the hub dataset's configuration name.
+        max_examples: keep only the first this many rows of each split.
+        prompt_field, response_field, messages_field: the columns holding the prompt, the
+            response and the chat.
+        long_prompts: ``error`` (a row whose prompt leaves no response token within
+            ``max_length`` stops the run, naming it) or ``drop`` (such rows are skipped, with a
+            count).
+    """
+
+    def __init__(
+        self,
+        tokenizer: str,
+        train: str,
+        val: str | None = None,
+        batch_size: int = 8,
+        val_batch_size: int | None = None,
+        max_length: int = 512,
+        seed: int = 0,
+        chat_template: bool = True,
+        system_prompt: str | None = None,
+        num_workers: int = 0,
+        shuffle: bool = True,
+        train_split: str = "train",
+        val_split: str = "test",
+        dataset_name: str | None = None,
+        max_examples: int | None = None,
+        prompt_field: str = "prompt",
+        response_field: str = "response",
+        messages_field: str = "messages",
+        long_prompts: LongPrompts = "error",
+    ) -> None:
+        super().__init__()
+        _check_settings(batch_size, val_batch_size, max_length, num_workers, max_examples,
+                        long_prompts)  # fmt: skip
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.encoder = SFTEncoder(
+            self.tokenizer,
+            max_length=max_length,
+            chat_template=chat_template,
+            system_prompt=system_prompt,
+            prompt_field=prompt_field,
+            response_field=response_field,
+            messages_field=messages_field,
+        )
+        self.sources = {"train": (train, train_split), "val": (val, val_split)}
+        self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
+        self.seed, self.shuffle, self.num_workers = seed, shuffle, num_workers
+        self.dataset_name, self.max_examples = dataset_name, max_examples
+        self.long_prompts = long_prompts
+        self.data: dict[str, list[dict[str, list[int]]]] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        splits = ["train", "val"] if stage in (None, "fit") else ["val"]
+        for split in splits:
+            if split not in self.data and self.sources[split][0] is not None:
+                self.data[split] = self.encode_split(split)
+
+    def encode_split(self, split: str) -> list[dict[str, list[int]]]:
+        """The encoded rows of ``train`` or ``val`` (errors name the file and row)."""
+        path, split_spec = self.sources[split]
+        assert path is not None
+        table = _load_table(path, self.dataset_name, split_spec)
+        if self.max_examples is not None:
+            table = table.select(range(min(self.max_examples, len(table))))
+        rows, dropped, cut = [], 0, 0
+        for index, row in enumerate(table):
+            where = f"{path} (split {split_spec!r}), row {index}"
+            try:
+                encoded = self.encoder.encode(row, where)
+            except LongPromptError:
+                if self.long_prompts == "error":
+                    raise
+                dropped += 1
+                continue
+            cut += encoded["length"][0] > self.encoder.max_length
+            rows.append(encoded)
+        if not rows:
+            raise ValueError(
+                f"{path}: no row of split {split_spec!r} is left to train on "
+                f"({dropped} dropped by long_prompts: drop). Fix: raise max_length."
+            )
+        if dropped or cut:
+            rank_zero_warn(
+                f"{split} ({path}): {dropped} rows dropped (prompt >= max_length="
+                f"{self.encoder.max_length}), {cut} of {len(rows)} rows cut to max_length (their "
+                "tail is not trained). Fix if unintended: raise data max_length."
+            )
+        return rows
+
+    def train_dataloader(self) -> DataLoader:
+        data = self._require("train")
+        epoch = epoch_to_train(self.trainer) if self.trainer is not None else 0
+        sampler = (
+            EpochShuffleSampler(len(data), seed=self.seed, epoch=epoch) if self.shuffle else None
+        )
+        return StatefulDataLoader(
+            data,  # a list is a map-style dataset
+            batch_size=self.batch_size,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            collate_fn=partial(collate_sft, pad_token_id=self.tokenizer.pad_token_id),
+        )
+
+    def val_dataloader(self) -> DataLoader | list:
+        if self.sources["val"][0] is None:
+            return []  # Lightning skips validation for an empty list
+        return DataLoader(
+            self._require("val"),  # type: ignore[arg-type]
+            batch_size=self.val_batch_size,
+            num_workers=self.num_workers,
+            collate_fn=partial(collate_sft, pad_token_id=self.tokenizer.pad_token_id),
+        )
+
+    def _require(self, split: str) -> list[dict[str, list[int]]]:
+        if split not in self.data:
+            raise RuntimeError(f"the {split} rows are not loaded; call setup() first")
+        return self.data[split]
+
+
+def _check_settings(
+    batch_size: int,
+    val_batch_size: int | None,
+    max_length: int,
+    num_workers: int,
+    max_examples: int | None,
+    long_prompts: str,
+) -> None:
+    rules = [
+        ("batch_size", batch_size >= 1, "an integer >= 1"),
+        ("val_batch_size", val_batch_size is None or val_batch_size >= 1, ">= 1, or null"),
+        ("max_length", max_length >= 2, ">= 2 (a prompt token and a response token)"),
+        ("num_workers", num_workers >= 0, ">= 0"),
+        ("max_examples", max_examples is None or max_examples >= 1, ">= 1, or null"),
+        ("long_prompts", long_prompts in ("error", "drop"), "'error' or 'drop'"),
+    ]
+    values = dict(
+        batch_size=batch_size,
+        val_batch_size=val_batch_size,
+        max_length=max_length,
+        num_workers=num_workers,
+        max_examples=max_examples,
+        long_prompts=long_prompts,
+    )
+    for name, ok, allowed in rules:
+        if not ok:
+            raise ValueError(f"SFTDataModule {name}={values[name]!r}: must be {allowed}. Fix: "
+                             f"set data.init_args.{name} to such a value.")  # fmt: skip

@@ -1,0 +1,206 @@
+"""Supervised fine-tuning of a causal LM: the next-token cross-entropy on the response tokens only
+(the SFT stage of Ouyang et al. 2022, arXiv 2203.02155), e.g. the supervised warm start of a
+judge before its RL stage (ConsistRM / ReflectRM).
+
+It reads :class:`~lit_rlhf.data.SFTDataModule` batches (``input_ids``, ``attention_mask`` and
+``labels``, -100 on prompt, context and padding tokens), steps through the shared
+:class:`~lit_rlhf.training.OptimizerStep` (micro-batch accumulation, gradient hooks, clipping,
+the lr schedule, DeepSpeed), and writes a folder that ``transformers`` and every module's
+``model:`` setting load back (``export_dir``).
+
+The loss of a batch is the token mean: the summed negative log-likelihood of all its response
+tokens divided by their number, however the batch is split into micro-batches (each micro-batch
+adds its own sum over the batch's count), so a long response weighs in proportion to its tokens.
+Under DDP each rank divides by its own count and the gradients are averaged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from lightning import Callback, LightningModule
+from torch import Tensor
+from torchmetrics import MeanMetric
+
+from lit_rlhf.models.loading import Dtype, load_tokenizer
+from lit_rlhf.training import (
+    EpochEndLoaderReset,
+    GlobalRNGState,
+    LRScheduleSettings,
+    OptimizerStep,
+    build_policy_networks,
+    check_trainable_precision,
+    export_pretrained,
+)
+from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
+
+IGNORE = -100  # the label of an untrained token (SFTDataModule's, torch's ignore_index)
+
+
+def response_token_nll(model: Any, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """Per predicted position ``[b, T-1]``: the negative log-likelihood of the next token (0 where
+    it is not trained), whether it is trained, and whether the argmax predicts it."""
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+    ).logits[:, :-1]
+    targets = batch["labels"][:, 1:]
+    trained = targets != IGNORE
+    nll = F.cross_entropy(
+        logits.float().transpose(1, 2), targets, ignore_index=IGNORE, reduction="none"
+    )
+    hits = (logits.argmax(-1) == targets) & trained
+    return nll, trained, hits
+
+
+def micro_batches(batch: Mapping[str, Tensor], size: int | None) -> list[dict[str, Tensor]]:
+    """The batch's rows in chunks of ``size`` (None: one chunk), each trimmed to its longest
+    row (right padding)."""
+    rows = batch["input_ids"].shape[0]
+    size = size or rows
+    chunks = []
+    for start in range(0, rows, size):
+        part = {k: v[start : start + size] for k, v in batch.items()}
+        width = int(part["attention_mask"].sum(1).max())
+        chunks.append({k: v[:, :width] for k, v in part.items()})
+    return chunks
+
+
+class SFTModule(LightningModule):
+    """Args:
+    model: the causal LM to fine-tune: hub id, local folder, or ``builtin:<name>``.
+    tokenizer: a tokenizer object; the CLI links the DataModule's (it is also the one
+        exported).
+    dtype: the model's weights; 16-bit only under DeepSpeed's bf16 optimizer (float32 master
+        weights), else float32 with ``trainer.precision: bf16-mixed`` (refused at setup, before
+        any load).
+    lr, weight_decay, max_grad_norm: AdamW and clipping (None: no clipping).
+    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
+        lr schedule (warmup, then constant / linear / cosine; see ``PPOModule``; one optimizer
+        step per batch here, so both intervals count the same).
+    micro_batch_size: rows per forward/backward (gradient accumulation within one batch, one
+        optimizer step per batch); None: the whole batch at once.
+    gradient_checkpointing: trade compute for activation memory.
+    export_dir: where the trained model and tokenizer are saved at the end of ``fit``
+        (``save_pretrained``; None, or a ``fast_dev_run``: not saved), loadable as ``model:``
+        by every module; under DeepSpeed ZeRO-3 the partitions are gathered first.
+    max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
+        (``fault/skipped_steps``, checkpointed); this many in a row stop the run.
+    """
+
+    def __init__(
+        self,
+        model: str = "builtin:tiny-llama",
+        tokenizer: Any = None,
+        dtype: Dtype = "float32",
+        lr: float = 1e-5,
+        weight_decay: float = 0.0,
+        max_grad_norm: float | None = 1.0,
+        lr_warmup_steps: int = 0,
+        lr_warmup_ratio: float = 0.0,
+        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
+        min_lr_ratio: float = 0.0,
+        lr_interval: Literal["batch", "optimizer_step"] = "batch",
+        lr_total_steps: int | None = None,
+        micro_batch_size: int | None = None,
+        gradient_checkpointing: bool = False,
+        export_dir: str | None = None,
+        max_consecutive_skips: int = 5,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer"])
+        if not lr > 0 or weight_decay < 0:
+            raise ValueError(
+                f"need lr > 0 and weight_decay >= 0; got lr={lr}, weight_decay={weight_decay}. "
+                "Fix: set model.init_args.lr / weight_decay in that range."
+            )
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ValueError(
+                f"micro_batch_size={micro_batch_size} must be >= 1, or null for the whole batch. "
+                "Fix: set model.init_args.micro_batch_size in that range."
+            )
+        self.automatic_optimization = False
+        self.step_optimizer = OptimizerStep(
+            max_grad_norm=max_grad_norm,
+            max_consecutive_skips=max_consecutive_skips,
+            lr_schedule=LRScheduleSettings.from_hparams(self.hparams),  # validates
+        )
+        self.tokenizer = tokenizer
+        self.model: Any = None
+        self.val_loss, self.val_accuracy = MeanMetric(), MeanMetric()
+
+    @property
+    def hp(self) -> Any:
+        return self.hparams
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # the strategy is known and no weights are loaded yet
+            check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
+
+    def configure_model(self) -> None:
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        self.step_optimizer.configure(strategy)
+        if self.model is not None:
+            return
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.hp.model)
+        self.model = build_policy_networks(  # ZeRO-3: loaded into the partitions
+            self.hp.model,
+            strategy=strategy,
+            dtype=self.hp.dtype,
+            gradient_checkpointing=self.hp.gradient_checkpointing,
+        ).policy
+
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+
+    # ---------------------------------------------------------------- training
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        tokens = int((batch["labels"][:, 1:] != IGNORE).sum())  # every row has one (the data)
+        sums: list[Tensor] = []
+        hits: list[Tensor] = []
+
+        def loss_fn(part: dict[str, Tensor]) -> Tensor:
+            nll, _, hit = response_token_nll(self.model, part)
+            sums.append(nll.sum().detach())
+            hits.append(hit.sum())
+            return nll.sum() / tokens  # the micro-batches add up to the batch's token mean
+
+        micro = micro_batches(batch, self.hp.micro_batch_size)
+        stats = self.step_optimizer(self, self.optimizers(), micro, loss_fn)
+        loss = torch.stack(sums).sum() / tokens
+        logged: dict[str, Tensor | float] = {
+            "train/loss": loss,
+            "train/token_accuracy": torch.stack(hits).sum().float() / tokens,
+            "train/response_tokens": float(tokens),
+            **stats,
+        }
+        self.log_dict(logged, batch_size=batch["input_ids"].shape[0], prog_bar=False)
+        return loss
+
+    # ------------------------------------------------------------- validation
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        nll, trained, hits = response_token_nll(self.model, batch)
+        self.val_loss.update(nll[trained])  # per token: the mean over all validation tokens
+        self.val_accuracy.update(hits[trained].float())
+        size = batch["input_ids"].shape[0]
+        self.log("val/loss", self.val_loss, batch_size=size)
+        self.log("val/token_accuracy", self.val_accuracy, batch_size=size)
+
+    # ------------------------------------------------------------- checkpoint
+    def configure_callbacks(self) -> list[Callback]:
+        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
+        return [GlobalRNGState(), EpochEndLoaderReset()]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.step_optimizer.save_to(checkpoint)  # skip counts, lr schedule counters
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_checkpoint_weights(self, checkpoint, settings=("model",))  # another base model
+        self.step_optimizer.load_from(checkpoint)
+
+    def on_fit_end(self) -> None:
+        export_pretrained(self.trainer, self.model, self.tokenizer, self.hp.export_dir)
