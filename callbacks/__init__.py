@@ -10,6 +10,8 @@
   optimizer step (per-task gradients through the core's task-by-task backward).
 - :class:`TrustRegionEntropy` (TRE), :class:`EntropyBonus`, :class:`ForkingTokens`,
   :class:`KLCov`: exploration terms added to the policy loss.
+- :class:`TrustRegionDiagnostics`: mass outside the top-K set / nucleus and the entropy inside
+  them, logged for any policy-gradient run (adds no loss).
 - The callback protocols of the training core, re-exported: :func:`policy_loss_terms` /
   :class:`PolicyLossContext` (a per-token term added to a module's policy loss),
   :func:`reward_terms` / :class:`RewardContext` (a per-response term added to the rewards),
@@ -23,6 +25,7 @@ from lit_rlhf.callbacks.consistency import ConsistencyAnswerReward, CritiqueCons
 from lit_rlhf.callbacks.exploration import EntropyBonus, ForkingTokens, KLCov, TrustRegionEntropy
 from lit_rlhf.callbacks.gradient_surgery import ModularGradientSurgery
 from lit_rlhf.callbacks.reward_plot import MetricsPlot
+from lit_rlhf.callbacks.trust_region_diagnostics import TrustRegionDiagnostics
 from lit_rlhf.training.protocols import (
     GradientHook,
     PolicyLossContext,
@@ -49,6 +52,7 @@ __all__ = [
     "PolicyLossTerm",
     "RewardContext",
     "RewardTerm",
+    "TrustRegionDiagnostics",
     "TrustRegionEntropy",
     "gradient_hooks",
     "policy_loss_terms",

@@ -42,7 +42,7 @@ from lit_rlhf.algos.ppo_losses import (
 )
 from lit_rlhf.algos.reflection import confidence, reflective_vote, select_anchor
 from lit_rlhf.algos.schedules import CoefficientSchedule, ScheduleKind
-from lit_rlhf.algos.trust_region import TrustRegionMode, trust_region_entropy
+from lit_rlhf.algos.trust_region import TrustRegionMode, trust_region_entropy, trust_region_mass
 
 __all__ = [
     "JUDGE_TAGS",
@@ -91,5 +91,6 @@ __all__ = [
     "token_level_rewards",
     "token_log_probs",
     "trust_region_entropy",
+    "trust_region_mass",
     "update_memory",
 ]

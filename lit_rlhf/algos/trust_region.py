@@ -167,3 +167,47 @@ def trust_region_entropy(
     )
     lead_shape = logits.shape[:-1]
     return entropy.reshape(lead_shape), region_size.reshape(lead_shape)
+
+
+@torch.no_grad()
+def trust_region_mass(
+    logits: Tensor,
+    *,
+    mode: TrustRegionMode = "topk",
+    k: int = 2,
+    p: float = 0.99,
+    max_candidates: int = 256,
+    chunk_size: int | None = 1024,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Where the policy's probability mass lies relative to its trust region (no gradient).
+
+    The diagnostic of TRE's claim (arXiv 2602.03635, sec. 3: "cumulative tail risk"): a global
+    entropy bonus moves mass out of the plausible tokens into the vocabulary's tail, the
+    trust-region bonus does not. The region A_t is TRE's own (:func:`trust_region_entropy`: the
+    ``k`` largest logits, or the nucleus of mass ``p`` among the ``max_candidates`` largest).
+
+    Returns, per position [...], in fp32 (fp64 for fp64 logits):
+        tail mass ``1 - sum_{a in A_t} pi(a)`` (full-vocabulary softmax),
+        the unscaled entropy inside A_t in nats (``-sum q log q``, ``q`` = pi renormalised to
+        A_t; 0 for |A_t| = 1), and |A_t| (long).
+    """
+    _validate(logits, mode, k, p, max_candidates, chunk_size)
+    rows = logits.reshape(-1, logits.shape[-1]).detach()
+    inside = []
+    for start, end in _spans(rows.shape[0], chunk_size):
+        chunk = rows[start:end]
+        indices, in_region = _candidates_and_region(
+            chunk, mode=mode, k=k, p=p, max_candidates=max_candidates
+        )
+        dtype = _compute_dtype(chunk)
+        log_normaliser = torch.logsumexp(chunk.to(dtype), dim=-1, keepdim=True)
+        probs = torch.exp(chunk.gather(-1, indices).to(dtype) - log_normaliser)
+        inside.append((probs * in_region).sum(-1))
+    mass = torch.cat(inside) if inside else rows.new_zeros(0, dtype=_compute_dtype(rows))
+    entropy, size = _trust_region_entropy_rows(
+        rows, mode=mode, k=k, p=p, max_candidates=max_candidates, scale=False,
+        chunk_size=chunk_size,
+    )  # fmt: skip
+    lead = logits.shape[:-1]
+    tail = (1.0 - mass).clamp(min=0.0)
+    return tail.reshape(lead), entropy.reshape(lead), size.reshape(lead)

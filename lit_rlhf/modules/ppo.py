@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import torch
 from lightning import Callback, LightningModule
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from lit_rlhf.metrics import GroupedMean
@@ -87,6 +87,10 @@ class PPOModule(LightningModule):
             trusting the engine's (use with engines whose numerics differ, e.g. vLLM).
         gradient_checkpointing: trade compute for activation memory.
         val_greedy: greedy decoding for validation pass@1 (else sampled with the engine).
+        val_samples: k > 1 also samples k responses per prompt with the engine at validation /
+            test and logs ``<stage>/pass@<k>`` (share of prompts with at least one passing
+            sample; with n = k samples Chen et al.'s unbiased estimator, arXiv 2107.03374, is
+            exactly this) and ``<stage>/sampled_pass@1`` (share of passing samples); 1: off.
         pass_metric: the reward-info key that decides whether a validation / test sample passes
             (pass@1), e.g. ``correct``; ``None`` uses the score itself.
         pass_threshold: a sample passes when that value is >= this threshold.
@@ -142,6 +146,7 @@ class PPOModule(LightningModule):
         recompute_old_log_probs: bool = False,
         gradient_checkpointing: bool = False,
         val_greedy: bool = True,
+        val_samples: int = 1,
         pass_metric: str | None = None,
         pass_threshold: float = 1.0,
         seed: int = 0,
@@ -182,6 +187,9 @@ class PPOModule(LightningModule):
         self.val_reward, self.val_pass = MeanMetric(), MeanMetric()
         self.test_reward, self.test_pass = MeanMetric(), MeanMetric()
         self.task_reward = {"val": GroupedMean(), "test": GroupedMean()}  # multi-domain runs
+        # val_samples > 1: pass@k and the sampled pass@1 per stage (ModuleDicts follow the device)
+        self.pass_at_k = nn.ModuleDict({"val": MeanMetric(), "test": MeanMetric()})
+        self.sampled_pass = nn.ModuleDict({"val": MeanMetric(), "test": MeanMetric()})
 
     @property
     def hp(self) -> Any:
@@ -267,6 +275,22 @@ class PPOModule(LightningModule):
         passed.update(self._passed(rollout).to(self.device))
         self.log(f"{stage}/reward", reward, on_epoch=True, batch_size=len(rollout))
         self.log(f"{stage}/pass@1", passed, on_epoch=True, prog_bar=True, batch_size=len(rollout))
+        if self.hp.val_samples > 1:
+            self._evaluate_sampled(batch, stage)
+
+    def _evaluate_sampled(self, batch: dict[str, Any], stage: str) -> None:
+        """pass@k and the sampled pass@1 of ``val_samples`` engine samples per prompt."""
+        k = self.hp.val_samples
+        rollout = self.rollouts.collect(
+            self.policy, self.tokenizer, batch, samples_per_prompt=k, log_probs=False
+        )
+        passed = self._passed(rollout).to(self.device).view(-1, k)  # [prompts, k]
+        at_k: MeanMetric = self.pass_at_k[stage]  # type: ignore[assignment]
+        sampled: MeanMetric = self.sampled_pass[stage]  # type: ignore[assignment]
+        at_k.update(passed.amax(dim=-1))
+        sampled.update(passed.mean(dim=-1))
+        self.log(f"{stage}/pass@{k}", at_k, on_epoch=True, batch_size=passed.shape[0])
+        self.log(f"{stage}/sampled_pass@1", sampled, on_epoch=True, batch_size=passed.shape[0])
 
     def on_validation_epoch_end(self) -> None:
         self._log_task_rewards("val")
@@ -313,7 +337,11 @@ class PPOModule(LightningModule):
 def _check_module_settings(hparams: Any) -> None:
     """The module's own settings (the update's are checked by ``PPOSettings``)."""
     threshold = hparams.pass_threshold
-    rules = [*module_setting_rules(hparams), ("pass_threshold", math.isfinite(threshold), "finite")]
+    rules = [
+        *module_setting_rules(hparams),
+        ("pass_threshold", math.isfinite(threshold), "finite"),
+        ("val_samples", hparams.val_samples >= 1, ">= 1 (1: greedy / one sample only)"),
+    ]
     refuse_out_of_range(rules, hparams)
 
 
