@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 # Two-sided 95 % Student-t critical values t_{0.975, df} for df = 1..30 (standard table values);
 # above 30 the normal 1.96 is within 2 %.
@@ -165,6 +165,8 @@ class Paper:
     table_metrics: tuple[str, ...] = ()
     # curve names drawn in the PNG, one panel each
     curve_keys: tuple[str, ...] = ()
+    # the x axis of a curve that is not over training steps (default "step")
+    curve_xlabels: ClassVar[dict[str, str]] = {}
 
     def precheck(self, ctx: Context) -> Figures:
         """Cheap figures that decide whether the arms can show the mechanism; must hold
@@ -326,7 +328,7 @@ def plot_curves(paper: Paper, runs: dict[str, dict[int, Figures]], path: Path) -
             hi = [max(by_step[s]) for s in steps]
             ax.fill_between(steps, lo, hi, color=f"C{colour}", alpha=0.15)
         ax.set_title(key, fontsize=9)
-        ax.set_xlabel("step")
+        ax.set_xlabel(paper.curve_xlabels.get(key, "step"))
         ax.grid(alpha=0.3)
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(fontsize=7)
