@@ -74,6 +74,8 @@ class ConsistencyAnswerReward(Callback):
     tags, subject, prefix, suffix: the judge output format, the data's assistant pre-fill and
         a fixed ending (see ``VerdictReward``).
     seed: seeds the eviction tie-break generator (checkpointed).
+    use_memory: False is the paper's "w/o memory" ablation: the pseudo-label is the sign of
+        this round's votes alone and no memory is kept (``initial_memory`` must be unset).
     """
 
     def __init__(
@@ -89,7 +91,13 @@ class ConsistencyAnswerReward(Callback):
         suffix: str = "",
         seed: int = 0,
         mode_rule: ModeRule = "authors",
+        use_memory: bool = True,
     ) -> None:
+        if not use_memory and initial_memory is not None:
+            raise ValueError(
+                "use_memory=False keeps no memory, so initial_memory would be ignored. Fix: "
+                "unset initial_memory, or set use_memory=True."
+            )
         if cap < 1:
             raise ValueError(f"cap must be >= 1, got {cap}")
         if mode_rule not in MODE_RULES:
@@ -103,6 +111,7 @@ class ConsistencyAnswerReward(Callback):
             raise FileNotFoundError(f"initial_memory {initial_memory!r} is not a file")
         self.cap, self.agree, self.disagree, self.unparsable = cap, agree, disagree, unparsable
         self.initial_memory, self.mode_rule = initial_memory, mode_rule
+        self.use_memory = use_memory
         self.format = JudgeFormat(tuple(tags), subject, prefix, suffix)
         self.memory: dict[str, list[int]] = {}
         self.last_pseudo: dict[str, int] = {}
@@ -138,7 +147,7 @@ class ConsistencyAnswerReward(Callback):
             updates.append((query, y))
         stats = self._stats(updates, ctx)
         stats["unreadable_queries"] = torch.tensor(float(unread))
-        for query, y in sorted(_all_ranks(updates)):  # the same order on every rank
+        for query, y in sorted(_all_ranks(updates)) if self.use_memory else []:  # same order
             self.memory[query] = update_memory(
                 self.memory.get(query, []),
                 y,

@@ -137,6 +137,23 @@ right?), then write exactly one of these sentences in <Result>...</Result>:
 [End of Critique 2]"""
 )
 
+# a short checkable analysis before the verdict, for small judges (the reproduction's
+# arithmetic pairs, scripts/repro/judge_common.py): the analysis restates both answers and the
+# checked fact, and the verdict follows from them
+_ANALYSIS_SHORT_V1 = f"""Question: {{prompt}}
+Response 1: {{response_1}}
+Response 2: {{response_2}}
+Which response is correct? Check the answer in <Analysis>...</Analysis>, then reply \
+<Result>{RESULT_1_BETTER}</Result> or <Result>{RESULT_2_BETTER}</Result>."""
+
+_ANALYSIS_CRITIQUE_SHORT_V1 = f"""Question: {{prompt}}
+Response 1: {{response_1}}
+Response 2: {{response_2}}
+Critique 1: {{critique_1}}
+Critique 2: {{critique_2}}
+Which critique checks the answer correctly? Check it in <Analysis>...</Analysis>, then reply \
+<Result>{CRITIQUE_1_BETTER}</Result> or <Result>{CRITIQUE_2_BETTER}</Result>."""
+
 JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
     "consistrm-v1": JudgeTemplate(
         name="consistrm-v1",
@@ -174,6 +191,20 @@ JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
             "pair is better, 'Critique X is better than Critique Y' (tags: Analysis, Result)"
         ),
         text=_REFLECTRM_CRITIQUE_V1,
+        subject="Critique",
+    ),
+    "analysis-short-v1": JudgeTemplate(
+        name="analysis-short-v1",
+        description=(
+            "a short checkable analysis, then the result (tags: Analysis, Result); small judges"
+        ),
+        text=_ANALYSIS_SHORT_V1,
+    ),
+    "analysis-critique-short-v1": JudgeTemplate(
+        name="analysis-critique-short-v1",
+        description="which of two short analyses checks the answer correctly (tags: Analysis, "
+        "Result; 'Critique X is better than Critique Y'); reflection of small judges",
+        text=_ANALYSIS_CRITIQUE_SHORT_V1,
         subject="Critique",
     ),
 }

@@ -220,3 +220,24 @@ def test_the_critique_embedding_reads_the_whole_response_or_the_critique():
         "<Criterion>correctness</Criterion><Analysis>a</Analysis>",
         "<Criterion>correctness</Criterion><Analysis>b</Analysis>",
     ]
+
+
+def test_without_memory_the_pseudo_label_is_this_rounds_vote_alone(tmp_path):
+    # the "w/o memory" ablation: q0 votes 3 x -1, 1 x +1 -> y = -1 on both rounds, whatever
+    # a memory would have said; nothing is remembered
+    callback = ConsistencyAnswerReward(use_memory=False)
+    trainer = SimpleNamespace(callbacks=[callback])
+    texts = [judge_text(-1)] * 3 + [judge_text(1)]
+    for _ in range(2):
+        extra, _ = reward_terms(trainer, None, _ctx(texts, ["q0"] * 4))
+        assert extra.tolist() == [1.0, 1.0, 1.0, -1.0]
+    assert callback.memory == {}
+    # with a memory of four +1 the same round gives y = sign(-0.5 + 1) = +1
+    remembering = ConsistencyAnswerReward()
+    remembering.memory = {"q0": [1, 1, 1, 1]}
+    extra, _ = reward_terms(SimpleNamespace(callbacks=[remembering]), None, _ctx(texts, ["q0"] * 4))
+    assert extra.tolist() == [-1.0, -1.0, -1.0, 1.0]
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text('{"query_id": "q0", "labels": [1]}\n')
+    with pytest.raises(ValueError, match="use_memory=False keeps no memory"):
+        ConsistencyAnswerReward(use_memory=False, initial_memory=str(seed))
