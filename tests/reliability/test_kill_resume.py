@@ -77,6 +77,7 @@ CASES = {
     "grm-rft": Case("configs/grm/rft_tiny.yaml"),
     "grm-consistrm": Case("configs/grm/consistrm_tiny.yaml"),
     "rm-bt": Case("configs/rm/bt_tiny.yaml", ("--model.init_args.export_dir={root}/hf",)),
+    "sft": Case("configs/sft/tiny.yaml", ("--model.init_args.export_dir={root}/hf",)),
     "compressor": Case("configs/compressor/tiny.yaml", (f"--trainer.val_check_interval={STEPS}",)),
 }
 

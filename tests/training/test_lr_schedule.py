@@ -320,8 +320,9 @@ SCHEDULE = (
         ("configs/grm/rft_tiny.yaml", ()),
         ("configs/compressor/tiny.yaml", ()),
         ("configs/rm/bt_tiny.yaml", ("--model.init_args.export_dir=null",)),
+        ("configs/sft/tiny.yaml", ("--model.init_args.export_dir=null",)),
     ],
-    ids=["grm", "compressor", "rm"],
+    ids=["grm", "compressor", "rm", "sft"],
 )
 def test_module_lr_follows_the_schedule(
     tiny_model_dir: str, tmp_path: Path, config: str, extra: tuple[str, ...]
