@@ -25,6 +25,7 @@ from lightning import Callback, LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
 
+from lit_rlhf.data.sft import IGNORE  # the label of an untrained token (torch's ignore_index)
 from lit_rlhf.models.loading import Dtype, load_tokenizer
 from lit_rlhf.training import (
     EpochEndLoaderReset,
@@ -36,8 +37,6 @@ from lit_rlhf.training import (
     export_pretrained,
 )
 from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
-
-IGNORE = -100  # the label of an untrained token (SFTDataModule's, torch's ignore_index)
 
 
 def response_token_nll(model: Any, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:

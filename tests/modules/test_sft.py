@@ -132,11 +132,12 @@ def test_export_dir_reloads_with_identical_logits(tmp_path: Path) -> None:
     assert torch.equal(again.model.lm_head.weight, loaded.lm_head.weight)
 
 
-def test_fast_dev_run_exports_nothing(tmp_path: Path) -> None:
+def test_fast_dev_run_exports_nothing_and_checkpointing_trains(tmp_path: Path) -> None:
     data = _data(tmp_path)
-    module = _module(data, export_dir=str(tmp_path / "hf"))
+    module = _module(data, export_dir=str(tmp_path / "hf"), gradient_checkpointing=True)
     quiet_trainer(tmp_path, fast_dev_run=True).fit(module, datamodule=data)
     assert not (tmp_path / "hf").exists()
+    assert module.model.is_gradient_checkpointing and module.trainer.global_step == 1
 
 
 def test_resume_restores_weights_optimizer_and_lr_schedule(tmp_path: Path) -> None:
