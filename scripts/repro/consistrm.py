@@ -1,0 +1,209 @@
+"""ConsistRM (arXiv 2604.07484) at CPU scale: does label-free self-training of a warm judge on
+its own temporally consistent pseudo-labels improve it, and does the memory matter?
+
+The judge writes a short checkable analysis, then its verdict, on arithmetic pairs
+(:mod:`repro.judge_common`). It is first warm-started by supervised fine-tuning on a small
+labelled pool (our deviation: SmolLM2-135M starts at chance and always says the same thing, so
+its own votes carry no signal). Arms, from the same warm judge: ``warm`` (no training), ``rft``
+(GRPO against gold labels), ``consistrm`` (label-free: format reward + the consistency answer
+reward, memory seeded from 8 votes of the warm judge per query) and ``consistrm-nomem`` (the
+paper's "w/o memory": this round's vote alone). Each query of the unlabelled pool is revisited
+``epochs`` times. The mechanism figure: pseudo-label accuracy against gold over training
+(gold labels are read for this diagnostic only, never for the reward).
+
+Pre-check (on the unlabelled pool): the warm judge's greedy, majority-of-8 and seeded
+pseudo-label accuracy; go only if the majority beats greedy (else its own votes cannot teach
+it). It also measures the step time that sizes the preset.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from _runs import read_rows, write_fragment
+
+from repro import judge_common as jc
+from repro.common import Context, Figures, Paper, Preset, Primary
+
+ANSWER = "lit_rlhf.callbacks.ConsistencyAnswerReward"
+
+
+def _settings(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "model": "builtin:smollm2-135m-instruct", "sft_config": "configs/sft/smollm2.yaml",
+        "in_process": False, "max_value": 50,
+        "pools": {"warm": 48, "unlabelled": 48, "eval": 48},
+        "sft_steps": 12, "sft_lr": 2e-5, "sft_batch_size": 8, "reflection_every": 2,
+        "samples": 8, "max_new_tokens": 40, "eval_batch_size": 16,
+        "samples_per_prompt": 4, "batch_size": 8, "val_batch_size": 32, "micro_batch_size": 16,
+        "lr": 2e-6, "kl_coef": 0.05, "epochs": 4, "probe_steps": 3,
+    }  # fmt: skip
+    return {**base, **over}
+
+
+GPU_SETTINGS = {
+    "configs": {"rft": "configs/grm/rft_qwen3-8b.yaml",
+                "consistrm": "configs/grm/consistrm_qwen3-8b.yaml"},
+    "trainer": "configs/trainer/deepspeed_zero3.yaml",
+    "seed_memory": ["--engine", "vllm", "--dtype", "bfloat16", "--samples", "8"],
+}  # fmt: skip
+
+
+PRESETS: dict[str, Preset] = {
+    "cpu": Preset("cpu", (0, 1, 2), 120, _settings()),
+    "gpu": Preset("gpu", (0, 1, 2), 60 * 24 * 3, GPU_SETTINGS),
+    "smoke": Preset("smoke", (0, 1), 1, _settings(
+        model="builtin:tiny-llama", sft_config="configs/sft/tiny.yaml", in_process=True,
+        pools={"warm": 4, "unlabelled": 2, "eval": 2}, sft_steps=1, sft_lr=1e-3,
+        samples=2, max_new_tokens=6, samples_per_prompt=2, batch_size=4, val_batch_size=4,
+        micro_batch_size=8, lr=1e-4, epochs=2, probe_steps=1)),
+}  # fmt: skip
+
+
+class ConsistRM(Paper):
+    name = "consistrm"
+    title = "ConsistRM: label-free self-training of a warm judge (arXiv 2604.07484)"
+    doc = "docs/grm.md"
+    arms = ("warm", "rft", "consistrm", "consistrm-nomem")
+    primary = Primary("accuracy", "consistrm", "warm", +1)
+    presets = PRESETS
+    table_metrics = ("accuracy", "positional_consistency", "pseudo_label_accuracy")
+    curve_keys = ("accuracy", "positional_consistency", "pseudo_label_accuracy")
+
+    # ------------------------------------------------------------------ pre-check
+    def precheck(self, ctx: Context) -> Figures:
+        if ctx.preset.name == "gpu":
+            return {"go": True, "reason": "the authors' recipe: Qwen3-8B starts above chance"}
+        s = ctx.settings
+        warm, sft_seconds = self._warm(ctx)
+        pool = self._judged(ctx, "unlabelled", seed=0)
+        figures = {f"pool_{k}": v for k, v in jc.inference_figures(pool).items()}
+        held = jc.inference_figures(self._judged(ctx, "eval", seed=0))
+        figures.update({f"warm_{k}": v for k, v in held.items()})
+        online, _ = jc.predict_pool(
+            str(warm), self._pool_path(ctx, "unlabelled"), samples=s["samples_per_prompt"],
+            seed=1, max_new_tokens=s["max_new_tokens"], batch_size=s["eval_batch_size"],
+            reflective=False,
+        )  # fmt: skip
+        by_query = {p["query_id"]: p["votes"] for p in online}
+        figures.update(jc.seeded_pseudo_accuracy(
+            [j.votes for j in pool], [by_query[j.query_id] for j in pool],
+            [j.label for j in pool]))  # fmt: skip
+        figures.update(self._step_time(ctx), sft_seconds=sft_seconds)
+        go = figures["pool_majority_accuracy"] > figures["pool_greedy_accuracy"]
+        figures["go"] = go
+        figures["reason"] = (
+            f"on the unlabelled pool majority-of-{s['samples']} "
+            f"{figures['pool_majority_accuracy']:.3f} vs greedy "
+            f"{figures['pool_greedy_accuracy']:.3f}, seeded pseudo-labels "
+            f"{figures['pseudo_label_accuracy']:.3f}; estimated preset "
+            f"{figures['estimated_preset_minutes']:.0f} min"
+        )
+        return figures
+
+    def _warm(self, ctx: Context) -> tuple[Path, float]:
+        pools = jc.make_pools(ctx.settings["pools"], seed=0, max_value=ctx.settings["max_value"])
+        for name, pairs in pools.items():
+            jc.write_pairs(pairs, self._pool_path(ctx, name))
+        return jc.warm_start(ctx.out, pools["warm"], ctx.settings, log=ctx.log)
+
+    def _pool_path(self, ctx: Context, name: str) -> Path:
+        return ctx.out / "pools" / f"{name}.jsonl"
+
+    def _judged(self, ctx: Context, pool: str, *, seed: int) -> list[jc.Judged]:
+        s = ctx.settings
+        return jc.judge_pool(
+            str(ctx.out / "warm-judge"), self._pool_path(ctx, pool), samples=s["samples"],
+            seed=seed, max_new_tokens=s["max_new_tokens"], batch_size=s["eval_batch_size"],
+        )  # fmt: skip
+
+    def _memory(self, ctx: Context) -> Path:
+        """The memory seed: 8 votes of the warm judge per unlabelled query (seed 0)."""
+        path = ctx.out / "consistrm-memory.jsonl"
+        if not path.exists():
+            pool = self._judged(ctx, "unlabelled", seed=0)
+            rows = [{"query_id": j.query_id, "labels": [v for v in j.votes if v is not None]}
+                    for j in pool]  # fmt: skip
+            jc.write_jsonl(rows, path)
+        return path
+
+    def _step_time(self, ctx: Context) -> Figures:
+        """Seconds per GRPO step of the consistrm arm (``probe_steps`` steps, start-up
+        included, so an upper bound) and the preset's wall time estimated from it."""
+        s = ctx.settings
+        probe = {**s, "epochs": 1, "limit_train_batches": s["probe_steps"]}
+        seconds = self._fit(ctx, "consistrm", 0, ctx.out / "probe", probe, validate=False)
+        step = seconds / s["probe_steps"]
+        rows = 2 * s["pools"]["unlabelled"]
+        steps = s["epochs"] * -(-rows // s["batch_size"])
+        trained = (len(self.arms) - 1) * len(ctx.preset.seeds)
+        return {"step_seconds": step, "steps_per_run": steps,
+                "estimated_preset_minutes": trained * steps * step * 1.15 / 60}  # fmt: skip
+
+    # ------------------------------------------------------------------ arms
+    def run_arm(self, ctx: Context, arm: str, seed: int) -> Figures:
+        if ctx.preset.name == "gpu":
+            raise SystemExit("the gpu preset runs the authors' recipe: see docs/grm.md")
+        pre = _precheck_figures(ctx)
+        start = [[0.0, pre["warm_greedy_accuracy"]]], [[0.0, pre["warm_greedy_consistency"]]]
+        if arm == "warm":
+            curves = {"accuracy": start[0], "positional_consistency": start[1]}
+            return {"accuracy": pre["warm_greedy_accuracy"],
+                    "positional_consistency": pre["warm_greedy_consistency"],
+                    "pseudo_label_accuracy": pre["pseudo_label_accuracy"],
+                    "curves": curves}  # fmt: skip
+        run_dir = ctx.run_dir(arm, seed)
+        self._fit(ctx, arm, seed, run_dir, ctx.settings, validate=True)
+        return arm_figures(read_rows(run_dir / "metrics.csv"), start)
+
+    def _fit(self, ctx: Context, arm: str, seed: int, run_dir: Path, settings: dict[str, Any],
+             *, validate: bool) -> float:  # fmt: skip
+        callbacks: list[dict[str, Any]] = []
+        if arm.startswith("consistrm"):
+            init: dict[str, Any] = {"tags": list(jc.TAGS), "seed": seed}
+            if arm == "consistrm":
+                init["initial_memory"] = str(self._memory(ctx))
+            else:
+                init["use_memory"] = False
+            callbacks.append({"class_path": ANSWER, "init_args": init})
+        config = jc.grpo_config(
+            model=str(ctx.out / "warm-judge"), mode="rft" if arm == "rft" else "consistrm",
+            train=self._pool_path(ctx, "unlabelled"), val=self._pool_path(ctx, "eval"),
+            run_dir=run_dir, seed=seed, settings=settings, callbacks=callbacks,
+        )  # fmt: skip
+        if not validate:
+            config["trainer"]["limit_val_batches"] = 0
+        path = write_fragment(run_dir / "config.yaml", config)
+        return jc.run_fit([path], in_process=settings["in_process"])
+
+
+def _precheck_figures(ctx: Context) -> Figures:
+    import json
+
+    data: Figures = json.loads((ctx.out / "precheck.json").read_text())["figures"]
+    return data
+
+
+def arm_figures(rows: list[dict[str, str]], start: tuple[list, list]) -> Figures:
+    """Final held-out accuracy and positional consistency, the pseudo-label accuracy over
+    training (mean of its logged values) and the curves, each starting at the warm judge."""
+    acc = jc.curve(rows, "val/accuracy")
+    cons = jc.curve(rows, "val/positional_consistency")
+    figures: Figures = {
+        "accuracy": acc[-1][1] if acc else float("nan"),
+        "positional_consistency": cons[-1][1] if cons else float("nan"),
+        "curves": {"accuracy": start[0] + acc, "positional_consistency": start[1] + cons},
+    }
+    key = jc.column(rows, "pseudo_label_accuracy")
+    pseudo = jc.curve(rows, key) if key else []
+    figures["pseudo_label_accuracy"] = float("nan")  # rft has none; so has a judge never read
+    if pseudo:
+        figures["pseudo_label_accuracy"] = statistics.fmean(v for _, v in pseudo)
+        figures["pseudo_label_accuracy_last"] = pseudo[-1][1]
+        figures["curves"]["pseudo_label_accuracy"] = pseudo
+    return figures
+
+
+PAPER = ConsistRM()
