@@ -58,7 +58,7 @@ PRESETS: dict[str, Preset] = {
         model="builtin:tiny-llama", sft_config="configs/sft/tiny.yaml", in_process=True,
         pools={"warm": 4, "unlabelled": 2, "eval": 2}, sft_steps=1, sft_lr=1e-3,
         samples=2, max_new_tokens=6, samples_per_prompt=2, batch_size=4, val_batch_size=4,
-        micro_batch_size=8, lr=1e-4, epochs=2, probe_steps=1)),
+        micro_batch_size=8, lr=1e-4, epochs=1, probe_steps=1)),
 }  # fmt: skip
 
 
