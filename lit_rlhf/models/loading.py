@@ -64,9 +64,18 @@ def load_causal_lm(
     *,
     dtype: Dtype = "float32",
     trust_remote_code: bool = False,
+    num_layers: int | None = None,
     **kwargs: Any,
 ) -> PreTrainedModel:
-    """Load a causal LM in train mode (``from_pretrained`` returns eval mode)."""
+    """Load a causal LM in train mode (``from_pretrained`` returns eval mode).
+
+    ``num_layers``: keep only the first ``num_layers`` decoder layers (with the embeddings, the
+    final norm and the LM head, so the vocabulary and the lower layers' weights are the
+    checkpoint's); None keeps them all. A depth-truncated pretrained model is a smaller network
+    that still carries part of the full model's priors (the compressor sizes of the
+    size-fidelity comparison, docs/compressor.md)."""
+    if num_layers is not None:
+        kwargs["config"] = truncated_config(name_or_path, num_layers, trust_remote_code)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             resolve(name_or_path),
@@ -77,6 +86,27 @@ def load_causal_lm(
     except OSError as err:
         raise _load_error(name_or_path, err) from err
     return model.train()
+
+
+def truncated_config(name_or_path: str, num_layers: int, trust_remote_code: bool = False) -> Any:
+    """The model's config with ``num_hidden_layers = num_layers`` (and a per-layer
+    ``layer_types`` list cut to match); refuses a depth outside 1..the model's own."""
+    try:
+        config = AutoConfig.from_pretrained(
+            resolve(name_or_path), trust_remote_code=trust_remote_code
+        )
+    except OSError as err:
+        raise _load_error(name_or_path, err) from err
+    total = int(config.num_hidden_layers)
+    if isinstance(num_layers, bool) or not 1 <= num_layers <= total:
+        raise ValueError(
+            f"num_layers={num_layers!r} but {name_or_path!r} has {total} layers. Fix: a depth "
+            f"from 1 to {total}, or None for the whole model."
+        )
+    config.num_hidden_layers = num_layers
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = config.layer_types[:num_layers]
+    return config
 
 
 def load_reward_model(

@@ -55,6 +55,9 @@ AE, LM = 0, 1  # the markers' rows: autoencoding, continuation
 class CompressorDecoderModule(LightningModule):
     """Args:
     compressor: the compressor LM: hub id, local folder or ``builtin:<name>``.
+    compressor_layers: keep only the compressor's first this many layers (embeddings, final
+        norm and vocabulary kept: a smaller compressor that shares the decoder's vocabulary and
+        part of its priors); None: the whole model.
     decoder: the frozen decoder LM (same tokenizer as the compressor: one vocabulary).
     tokenizer: a tokenizer object; the CLI links the DataModule's.
     num_memory_tokens: ``k``; or None and ``compression_rate`` with ``context_tokens``.
@@ -85,6 +88,7 @@ class CompressorDecoderModule(LightningModule):
         compressor: str = "builtin:tiny-llama",
         decoder: str = "builtin:tiny-llama",
         tokenizer: Any = None,
+        compressor_layers: int | None = None,
         num_memory_tokens: int | None = 4,
         compression_rate: float | None = None,
         context_tokens: int | None = None,
@@ -142,7 +146,9 @@ class CompressorDecoderModule(LightningModule):
             self.tokenizer = load_tokenizer(self.hp.decoder)
         with transformers_zero3_context(strategy):
             decoder = freeze(load_causal_lm(self.hp.decoder, dtype=self.hp.decoder_dtype))
-            lm = load_causal_lm(self.hp.compressor, dtype=self.hp.dtype)
+            lm = load_causal_lm(
+                self.hp.compressor, dtype=self.hp.dtype, num_layers=self.hp.compressor_layers
+            )
         check_shared_vocabulary(
             self.tokenizer, [(self.hp.compressor, lm), (self.hp.decoder, decoder)]
         )
@@ -339,6 +345,7 @@ class CompressorDecoderModule(LightningModule):
 
 _NETWORK_SETTINGS = (
     "compressor",
+    "compressor_layers",
     "decoder",
     "num_memory_tokens",
     "compression_rate",

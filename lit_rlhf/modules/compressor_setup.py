@@ -26,6 +26,11 @@ def check_compressor_settings(hp: Mapping[str, Any]) -> None:
         raise ValueError(f"compression_rate must be > 0, got {rate}")
     if context is not None and context < 1:
         raise ValueError(f"context_tokens must be >= 1, got {context}")
+    layers = hp.get("compressor_layers")
+    if layers is not None and (isinstance(layers, bool) or layers < 1):
+        raise ValueError(
+            f"compressor_layers must be >= 1 or None (the whole model), got {layers!r}"
+        )
     _check_weights(hp["ae_weight"], hp["lm_weight"])
     if not hp["lr"] > 0 or hp["weight_decay"] < 0:
         raise ValueError(

@@ -54,6 +54,7 @@ def _trainer(root: Path, steps: int, callbacks: list | None = None) -> L.Trainer
         ({"lora_rank": 4, "lora_dropout": 1.0}, "lora_dropout must be in"),
         ({"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
         ({"micro_batch_size": 0}, "micro_batch_size must be >= 1"),
+        ({"compressor_layers": 0}, "compressor_layers must be >= 1"),
     ],
 )
 def test_bad_settings_are_refused_before_any_model_loads(settings: dict, message: str) -> None:
@@ -64,6 +65,23 @@ def test_bad_settings_are_refused_before_any_model_loads(settings: dict, message
 def test_compression_rate_sets_k() -> None:
     module = CompressorDecoderModule(num_memory_tokens=None, compression_rate=6, context_tokens=32)
     assert module.k == 6  # ceil(32 / 6)
+
+
+def test_compressor_layers_keeps_the_first_layers_of_the_compressor_only() -> None:
+    data = _data()
+    data.setup("fit")
+    module = _module(data, compressor_layers=1)
+    module.configure_model()
+    assert module.compressor is not None
+    lm, decoder = module.compressor.lm, module.decoder
+    assert len(lm.model.layers) == 1 and len(decoder.model.layers) == 2  # tiny-llama: 2
+    assert torch.equal(
+        lm.model.layers[0].mlp.up_proj.weight, decoder.model.layers[0].mlp.up_proj.weight
+    )
+    batch = next(iter(data.train_dataloader()))
+    assert module.compress(batch["input_ids"], batch["attention_mask"]).shape == (4, 4, 64)
+    with pytest.raises(ValueError, match=r"num_layers=3 but 'builtin:tiny-llama' has 2 layers"):
+        _module(data, compressor_layers=3).configure_model()
 
 
 def test_a_wider_compressor_is_projected_to_the_decoder_width(tmp_path: Path) -> None:
