@@ -81,26 +81,34 @@ def group_std(scores: list[float], group: int) -> list[float]:
 
 def sample_and_score(config: dict[str, Any], rows: list[dict[str, Any]], batch: int) -> list:
     """Each row's ``samples_per_prompt`` rewards under the base policy, sampled with the run's
-    engine, prompt rendering and precision (``auto``: bf16 autocast on a CPU with native bf16)."""
+    sampling settings (on HF generate), prompt rendering and precision (``auto``: bf16 autocast
+    on a CPU with native bf16 or a bf16 GPU), on the GPU when there is one."""
     import torch
 
     from lit_rlhf.data.prompts import tokenize_prompts
     from lit_rlhf.models.loading import load_causal_lm
+    from lit_rlhf.rollout import HFGenerationEngine
     from lit_rlhf.training.precision import resolve_precision
 
     model_args = config["model"]["init_args"]
-    data = instantiate(config["data"])
-    engine, reward = instantiate(model_args["engine"]), instantiate(model_args["reward"])
+    data, reward = instantiate(config["data"]), instantiate(model_args["reward"])
+    # the run's sampling settings on HF generate, whatever engine the run uses (vLLM included)
+    sampling = ("max_new_tokens", "temperature", "top_p", "top_k")
+    engine_args = model_args["engine"].get("init_args") or {}
+    engine = HFGenerationEngine(**{k: v for k, v in engine_args.items() if k in sampling})
     group = int(model_args.get("samples_per_prompt", 4))
-    policy = load_causal_lm(model_args["model"]).eval()
-    bf16 = resolve_precision(config["trainer"].get("precision", "auto"), "cpu") == "bf16-mixed"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    policy = load_causal_lm(model_args["model"]).eval().to(device)
+    precision = config["trainer"].get("precision", "auto")
+    bf16 = resolve_precision(precision, device) == "bf16-mixed"
     tokenizer = data.tokenizer
     scores: list[list[float]] = []
     for start in range(0, len(rows), batch):
         chunk = rows[start : start + batch]
         prompts = [data.render_prompt(str(r["question"])) for r in chunk for _ in range(group)]
-        ids, mask = tokenize_prompts(tokenizer, prompts, chat_rendered=data.use_chat_template)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        ids, mask = tokenize_prompts(tokenizer, prompts, chat_rendered=data.use_chat_template,
+                                     device=device)  # fmt: skip
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             out = engine.generate(policy, ids, mask, tokenizer, log_probs=False)
         kept = out.response_ids.masked_fill(~out.response_mask, tokenizer.pad_token_id)
         texts = tokenizer.batch_decode(kept, skip_special_tokens=True)
