@@ -119,7 +119,7 @@ class CompressionPaper(Paper):
     }
     table_metrics = (
         "size", "train_ae_loss", "val_ae_loss", "no_memory_loss", "memory_gain", "overwritten",
-        "kept", "drifted", "rougeL", "effective_rank", "decoder_entropy",
+        "kept", "drifted", "rougeL", "effective_rank", "decoder_entropy", "encodes",
     )  # fmt: skip
     curve_keys = ("train_ae_loss", "overwritten vs size", "drifted vs size")
     curve_xlabels: ClassVar[dict[str, str]] = {

@@ -23,6 +23,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DRIFT_KINDS = ("role", "negation", "order")
+# memory gain (nats per token: another passage's memory minus the passage's own) above which a
+# compressor counts as encoding its passage; a trained memory can beat the no-memory loss by
+# learning the passages' template alone, with no gain (measured: 3.87 vs 4.46, gain -0.002)
+ENCODES_GAIN = 0.05
 
 
 # ------------------------------------------------------------------ passages
@@ -187,7 +191,7 @@ def drifted_rate(metrics: dict[str, float]) -> float:
 
 def run_figures(result: dict[str, Any], every: int) -> dict[str, Any]:
     """The table's figures of one run and its training-loss curve (mean of each ``every``
-    steps); ``encodes`` is 1 when the reconstruction loss is below the no-memory loss."""
+    steps); ``encodes`` is 1 when the memory gain exceeds ``ENCODES_GAIN``."""
     m = result["metrics"]
     nan = math.nan
     figures: dict[str, Any] = {
@@ -203,7 +207,7 @@ def run_figures(result: dict[str, Any], every: int) -> dict[str, Any]:
         "decoder_entropy": m.get("val/decoder_entropy", nan),
         "train_seconds": result["train_seconds"],
     }
-    figures["encodes"] = float(figures["val_ae_loss"] < figures["no_memory_loss"])
+    figures["encodes"] = float(figures["memory_gain"] > ENCODES_GAIN)
     figures["curves"] = {"train_ae_loss": binned(result["losses"], every)}
     return figures
 

@@ -137,14 +137,16 @@ def test_binned_curve_and_tail_mean() -> None:
 def test_run_figures_flags_a_run_that_does_not_encode() -> None:
     result: dict[str, Any] = {
         "metrics": {"val/ae_loss": 3.0, "val/probe/overwrite/overwritten": 0.5},
-        "no_memory_loss": 2.5,
+        "no_memory_loss": 3.5,  # below it, yet no gain: a learnt template, not an encoding
         "losses": [4.0, 3.0],
         "train_seconds": 1.0,
     }
     figures = compression_runs.run_figures(result, 1)
     assert figures["encodes"] == 0.0 and figures["overwritten"] == 0.5
     assert figures["curves"]["train_ae_loss"] == [[1.0, 4.0], [2.0, 3.0]]
-    result["metrics"]["val/ae_loss"] = 2.0
+    result["metrics"]["val/memory_gain"] = 0.04
+    assert compression_runs.run_figures(result, 1)["encodes"] == 0.0
+    result["metrics"]["val/memory_gain"] = 0.06
     assert compression_runs.run_figures(result, 1)["encodes"] == 1.0
 
 
