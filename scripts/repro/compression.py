@@ -33,6 +33,7 @@ from repro.compression_runs import (
     REPO,
     config_probes,
     cpu_run,
+    flush_denormals,
     preset_run,
     prior_margins,
     prior_summary,
@@ -56,7 +57,7 @@ _CPU: dict[str, Any] = {
     "memory_tokens": 8,
     "context_tokens": 56,  # every probe passage whole (23-52 SmolLM2 tokens)
     "batch_size": 8,
-    "steps": 120,
+    "steps": 90,
     "max_new_tokens": None,  # reconstructions up to the passage's length + 8
     "probes": 24,  # evaluation items per kind (overwrite, drift)
     "probe_seed": 0,
@@ -180,6 +181,7 @@ def _arm_prior(run: dict[str, Any], items: list[dict[str, Any]]) -> Figures:
     from lit_rlhf.models.loading import load_tokenizer
     from lit_rlhf.modules import CompressorDecoderModule
 
+    flush_denormals()
     tokenizer = load_tokenizer(run["data"]["tokenizer"])
     module = CompressorDecoderModule(**run["model"], tokenizer=tokenizer)
     module.configure_model()

@@ -163,6 +163,7 @@ def train_and_evaluate(
     passages)."""
     import lightning as L
 
+    flush_denormals()
     L.seed_everything(seed, verbose=False)
     data, module, trainer, validator, trace = build(run, seed, probes, probe_seed)
     start = time.perf_counter()
@@ -176,6 +177,15 @@ def train_and_evaluate(
         "losses": trace.losses,
         "train_seconds": train_seconds,
     }
+
+
+def flush_denormals() -> None:
+    """Flush denormal floats to zero on the CPU (process-wide): the 30-layer compressor's
+    backward produced denormals that slowed a CPU step about 8x (83 s -> 10 s measured, bf16
+    autocast, loaded machine); values below 1e-38 change nothing a loss can see."""
+    import torch
+
+    torch.set_flush_denormal(True)
 
 
 # ------------------------------------------------------------------ figures
