@@ -67,9 +67,11 @@ def test_templates_render_the_pair_and_the_result_sentences() -> None:
         other = "Response 1 is worse than" if name == "verdict-short-v1" else "Response 2 is better"
         assert other in text
         # verdict-only templates ask for the result tag alone
-        tags = {"verdict": ("Result",), "reflectrm": ("Analysis", "Result")}.get(
-            name.split("-")[0], ("Criterion", "Analysis", "Result")
-        )
+        tags = {
+            "verdict": ("Result",),
+            "reflectrm": ("Analysis", "Result"),
+            "analysis": ("Analysis", "Result"),  # analysis-short-v1: a checkable analysis first
+        }.get(name.split("-")[0], ("Criterion", "Analysis", "Result"))
         assert all(f"<{tag}>" in text for tag in tags)
     full = render_judge_prompt("consistrm-v1", prompt="P", response_1="R1", response_2="R2")
     assert "[Response 1]\nR1\n[End of Response 1]" in full
