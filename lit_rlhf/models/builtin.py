@@ -24,7 +24,7 @@ from lit_rlhf.models.tiny import TinyModelSpec, write_tiny_model
 
 PREFIX = "builtin:"
 _TINY_VERSION = "v2"  # v2: small-llama's tokenizer really has 2048 tokens
-_SMOLLM2_VERSION = "v1"
+_SMOLLM2_VERSION = "v2"  # v2: the folder no longer claims GGUF quantization
 
 _TINY_SPECS = {
     "tiny-llama": TinyModelSpec(arch="llama"),
@@ -115,7 +115,13 @@ def _convert_smollm2(out: Path) -> None:
     gguf = smollm2_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    plain = AutoModelForCausalLM.from_config(loaded.config)
+    config = loaded.config
+    # the weights are dense float32 now: a config that still names GGUF makes transformers treat
+    # the folder as quantized (``is_quantized``, a GGUF quantizer attached, ``save_pretrained``
+    # refused, a misleading "weights stay packed" warning under bf16)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
     plain.save_pretrained(out)
