@@ -57,7 +57,7 @@ _CPU: dict[str, Any] = {
     "memory_tokens": 8,
     "context_tokens": 56,  # every probe passage whole (23-52 SmolLM2 tokens)
     "batch_size": 8,
-    "steps": 90,
+    "steps": 200,  # sized on the pre-check's step times alone: 0.95 + 1.23 + 2.18 s per step
     "max_new_tokens": None,  # reconstructions up to the passage's length + 8
     "probes": 24,  # evaluation items per kind (overwrite, drift)
     "probe_seed": 0,
