@@ -35,8 +35,8 @@ def _settings(**over: Any) -> dict[str, Any]:
         "model": "builtin:smollm2-135m-instruct", "sft_config": "configs/sft/smollm2.yaml",
         "in_process": False, "max_value": 50,
         "pools": {"warm": 48, "unlabelled": 48, "eval": 48},
-        "sft_steps": 12, "sft_lr": 2e-5, "sft_batch_size": 8, "reflection_every": 2,
-        "samples": 8, "max_new_tokens": 40, "eval_batch_size": 16,
+        "sft_steps": 48, "sft_lr": 5e-5, "sft_batch_size": 8, "reflection_every": 2,
+        "samples": 8, "max_new_tokens": 64, "eval_batch_size": 16,
         "samples_per_prompt": 4, "batch_size": 8, "val_batch_size": 32, "micro_batch_size": 16,
         "lr": 2e-6, "kl_coef": 0.05, "epochs": 4, "probe_steps": 3,
     }  # fmt: skip
