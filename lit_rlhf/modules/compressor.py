@@ -25,6 +25,7 @@ from lightning import Callback, LightningModule
 from torch import Tensor
 
 from lit_rlhf.data.prompts import pad_ids
+from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.compressor import (
     MemoryCompressor,
     autoencoding_targets,
@@ -46,7 +47,6 @@ from lit_rlhf.training import (
     OptimizerStep,
     freeze,
 )
-from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.training.precision import check_trainable_precision
 
 AE, LM = 0, 1  # the markers' rows: autoencoding, continuation

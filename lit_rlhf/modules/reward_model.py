@@ -23,6 +23,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAccuracy
 
 from lit_rlhf.data.judge_templates import require_label
+from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
 from lit_rlhf.models.scoring import conversation_text, score_texts
 from lit_rlhf.strategies import transformers_zero3_context
@@ -32,7 +33,6 @@ from lit_rlhf.training import (
     LRScheduleSettings,
     OptimizerStep,
 )
-from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.training.export import export_pretrained
 from lit_rlhf.training.precision import check_trainable_precision
 

@@ -26,6 +26,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from lit_rlhf.data.sft import IGNORE  # the label of an untrained token (torch's ignore_index)
+from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.loading import Dtype, load_tokenizer
 from lit_rlhf.training import (
     EpochEndLoaderReset,
@@ -36,7 +37,6 @@ from lit_rlhf.training import (
     check_trainable_precision,
     export_pretrained,
 )
-from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
 
 
 def response_token_nll(model: Any, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from lightning.pytorch.strategies import DeepSpeedStrategy as LightningDeepSpeedStrategy
@@ -38,8 +38,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor, nn
 from typing_extensions import override
 
-if TYPE_CHECKING:
-    from lit_rlhf.training.checkpoint_weights import WeightMismatch
+from lit_rlhf.models.checkpoint_weights import WeightMismatch, mismatch_error
 
 
 class DeepSpeedStrategy(LightningDeepSpeedStrategy):
@@ -86,7 +85,6 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict:
         if self.load_full_weights and self.zero_stage_3:  # one consolidated file: Lightning's path
             return super().load_checkpoint(checkpoint_path, weights_only)
-        from lit_rlhf.training.checkpoint_weights import mismatch_error  # (training imports us)
 
         _validate_checkpoint_directory(checkpoint_path)
         module = self.lightning_module
@@ -130,8 +128,6 @@ def _load_module_weights(src: Mapping[str, Tensor], dst: nn.Module, strict: bool
     """DeepSpeed's ``custom_load_fn``: the checkpoint's module weights into ``dst``, where the
     keys it lacks may only be ``dst``'s frozen parameters (refused otherwise when ``strict``;
     without it, what fits is loaded)."""
-    from lit_rlhf.training.checkpoint_weights import WeightMismatch
-
     own = dst.state_dict()
     mismatch = WeightMismatch.between(own, src, allowed_missing=_frozen_names(dst))
     if mismatch and strict:

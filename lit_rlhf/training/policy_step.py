@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.loading import context_length
-from lit_rlhf.training.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.training.experience import build_experience, experience_stats
 from lit_rlhf.training.frozen import FrozenModules
 from lit_rlhf.training.lr_schedule import LRScheduleSettings
