@@ -33,12 +33,12 @@ ANSWER = "lit_rlhf.callbacks.ConsistencyAnswerReward"
 def _settings(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "model": "builtin:smollm2-135m-instruct", "sft_config": "configs/sft/smollm2.yaml",
-        "in_process": False, "max_value": 50,
+        "in_process": False, "max_value": 20,
         "pools": {"warm": 48, "unlabelled": 48, "eval": 48},
-        "sft_steps": 48, "sft_lr": 5e-5, "sft_batch_size": 8, "reflection_every": 2,
+        "sft_steps": 96, "sft_lr": 1e-4, "sft_batch_size": 8, "reflection_every": 2,
         "samples": 8, "max_new_tokens": 64, "eval_batch_size": 16,
         "samples_per_prompt": 4, "batch_size": 8, "val_batch_size": 32, "micro_batch_size": 16,
-        "lr": 2e-6, "kl_coef": 0.05, "epochs": 4, "probe_steps": 3,
+        "lr": 2e-6, "kl_coef": 0.05, "epochs": 4, "probe_steps": 3, "full_judgments": True,
     }  # fmt: skip
     return {**base, **over}
 
@@ -57,8 +57,8 @@ PRESETS: dict[str, Preset] = {
     "smoke": Preset("smoke", (0, 1), 1, _settings(
         model="builtin:tiny-llama", sft_config="configs/sft/tiny.yaml", in_process=True,
         pools={"warm": 4, "unlabelled": 2, "eval": 2}, sft_steps=1, sft_lr=1e-3,
-        samples=2, max_new_tokens=6, samples_per_prompt=2, batch_size=4, val_batch_size=4,
-        micro_batch_size=8, lr=1e-4, epochs=1, probe_steps=1)),
+        samples=2, max_new_tokens=6, full_judgments=False, samples_per_prompt=2, batch_size=4,
+        val_batch_size=4, micro_batch_size=8, lr=1e-4, epochs=1, probe_steps=1)),
 }  # fmt: skip
 
 
@@ -115,7 +115,7 @@ class ConsistRM(Paper):
     def _judged(self, ctx: Context, pool: str, *, seed: int) -> list[jc.Judged]:
         s = ctx.settings
         return jc.judge_pool(
-            str(ctx.out / "warm-judge"), self._pool_path(ctx, pool), samples=s["samples"],
+            jc.warm_judge(ctx.out, ctx.settings), self._pool_path(ctx, pool), samples=s["samples"],
             seed=seed, max_new_tokens=s["max_new_tokens"], batch_size=s["eval_batch_size"],
         )  # fmt: skip
 
@@ -169,7 +169,7 @@ class ConsistRM(Paper):
                 init["use_memory"] = False
             callbacks.append({"class_path": ANSWER, "init_args": init})
         config = jc.grpo_config(
-            model=str(ctx.out / "warm-judge"), mode="rft" if arm == "rft" else "consistrm",
+            model=jc.warm_judge(ctx.out, ctx.settings), mode="rft" if arm == "rft" else "consistrm",
             train=self._pool_path(ctx, "unlabelled"), val=self._pool_path(ctx, "eval"),
             run_dir=run_dir, seed=seed, settings=settings, callbacks=callbacks,
         )  # fmt: skip

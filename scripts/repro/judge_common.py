@@ -9,7 +9,7 @@ pseudo-label a seeded ConsistRM memory gives (arXiv 2604.07484).
 
 The judgment format (template ``analysis-short-v1``, tags Analysis, Result)::
 
-    <Analysis>Response 1 says 42. Response 2 says 44. 17 + 25 = 42.</Analysis>
+    <Analysis>Response 1 says 42. Response 2 says 44. 17 + 25 = 42, as Response 1 says.</Analysis>
     <Result>Response 1 is better than Response 2</Result>
 
 Every claim in the analysis is checkable against the pair, and the verdict follows from it.
@@ -110,7 +110,11 @@ def analysis(pair: ArithPair, *, swapped: bool = False, value: int | None = None
     ``value`` as the checked result (default: the right one)."""
     v1, v2 = pair.values[::-1] if swapped else pair.values
     checked = pair.right if value is None else value
-    return f"Response 1 says {v1}. Response 2 says {v2}. {pair.expr} = {checked}."
+    # the conclusion names the response that states the checked value, right before the
+    # verdict: the verdict then copies it (a 135M judge did not learn to match the values
+    # itself: the third pre-check, docs/grm.md)
+    said = "Response 1" if v1 == checked else "Response 2" if v2 == checked else "neither"
+    return f"Response 1 says {v1}. Response 2 says {v2}. {pair.expr} = {checked}, as {said} says."
 
 
 def judgment(pair: ArithPair, *, swapped: bool = False) -> str:
@@ -135,7 +139,9 @@ def reflection_row(pair: ArithPair, rng: random.Random) -> dict[str, str]:
     k1, k2 = (pair.right, pair.wrong) if good_first else (pair.wrong, pair.right)
     result = "Critique 1 is better than Critique 2" if good_first else (
         "Critique 2 is better than Critique 1")  # fmt: skip
-    text = f"Critique 1 checks {k1}. Critique 2 checks {k2}. {pair.expr} = {pair.right}."
+    good = 1 if good_first else 2
+    text = (f"Critique 1 checks {k1}. Critique 2 checks {k2}. {pair.expr} = {pair.right}, as "
+            f"Critique {good} checks.")  # fmt: skip
     return {"prompt": prompt, "response": f"<Analysis>{text}</Analysis><Result>{result}</Result>"}
 
 
@@ -236,21 +242,61 @@ def seeded_pseudo_accuracy(
 
 
 # ------------------------------------------------------------------ running the judge
+WARM_KEYS = ("model", "sft_config", "max_value", "pools", "sft_steps", "sft_lr", "sft_batch_size",
+             "reflection_every")  # fmt: skip
+
+
+def warm_dir(out: Path, settings: Mapping[str, Any]) -> Path:
+    """The warm judge's folder, shared by the ConsistRM and ReflectRM presets under one output
+    root (``<root>/<paper>/<preset>`` -> ``<root>/judge-warm/<hash>``): the hash covers exactly
+    the settings that make the warm judge (``WARM_KEYS``), so both papers reuse one SFT run."""
+    import hashlib
+
+    key = json.dumps({k: settings[k] for k in WARM_KEYS}, sort_keys=True)
+    return out.parent.parent / "judge-warm" / hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def warm_judge(out: Path, settings: Mapping[str, Any]) -> str:
+    """The warm judge's HF folder (see ``warm_dir``)."""
+    return str(warm_dir(out, settings) / "warm-judge")
+
+
+def check_new_tokens(rows: Sequence[Mapping[str, str]], settings: Mapping[str, Any]) -> int:
+    """The longest target judgment in the model's tokens; refuses a ``max_new_tokens`` that
+    would cut it (every sampled judgment would then be unreadable, accuracy 0 for a reason
+    in the preset, not the judge). Tokenizer only: runs before any model loads."""
+    from lit_rlhf.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(settings["model"])
+    longest = max(len(tokenizer(r["response"], add_special_tokens=False)["input_ids"])
+                  for r in rows)  # fmt: skip
+    if settings["max_new_tokens"] < longest:
+        raise ValueError(
+            f"max_new_tokens={settings['max_new_tokens']} is below the longest target judgment "
+            f"({longest} tokens of {settings['model']}): every judgment would be cut before "
+            f"its verdict. Fix: set max_new_tokens >= {longest}."
+        )
+    return longest
+
+
 def warm_start(
     out: Path, pairs: Sequence[ArithPair], settings: Mapping[str, Any], log: Any = print
 ) -> tuple[Path, float]:
     """The warm judge: ``SFTModule`` (``settings["sft_config"]``) fine-tuned on the warm
-    pool's judgments, exported to ``out/warm-judge`` (a HF folder) and reused when there;
-    returns (folder, seconds spent now: 0 when reused)."""
+    pool's judgments, exported to ``warm_dir(out, settings)/warm-judge`` (a HF folder) and
+    reused when there; returns (folder, seconds spent now: 0 when reused)."""
     import time
 
     from _runs import write_fragment
 
-    export = out / "warm-judge"
+    rows = warm_start_rows(pairs, reflection_every=settings["reflection_every"], seed=0)
+    # the smoke's random tiny model writes no judgment at all: only the presets need the check
+    longest = check_new_tokens(rows, settings) if settings["full_judgments"] else 0
+    root = warm_dir(out, settings)
+    export = root / "warm-judge"
     if (export / "config.json").exists():
         return export, 0.0
-    rows = warm_start_rows(pairs, reflection_every=settings["reflection_every"], seed=0)
-    data = write_jsonl(rows, out / "warm-start.jsonl")
+    data = write_jsonl(rows, root / "warm-start.jsonl")
     fragment = {
         "seed_everything": 0,
         "trainer": {"max_steps": settings["sft_steps"], "max_epochs": -1, "logger": False,
@@ -262,8 +308,9 @@ def warm_start(
                                "response_field": "response", "max_length": 384,
                                "batch_size": settings["sft_batch_size"]}},
     }  # fmt: skip
-    config = write_fragment(out / "warm-start.yaml", fragment)
-    log(f"warm start: {len(rows)} SFT rows, {settings['sft_steps']} steps -> {export}")
+    config = write_fragment(root / "warm-start.yaml", fragment)
+    log(f"warm start: {len(rows)} SFT rows (targets up to {longest} tokens), "
+        f"{settings['sft_steps']} steps -> {export}")  # fmt: skip
     start = time.perf_counter()
     run_fit([Path(settings["sft_config"]), config], in_process=settings["in_process"])
     if not (export / "config.json").exists():

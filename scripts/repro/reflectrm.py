@@ -36,7 +36,7 @@ PRESETS: dict[str, Preset] = {
     "smoke": Preset("smoke", (0, 1), 1, _settings(
         model="builtin:tiny-llama", sft_config="configs/sft/tiny.yaml", in_process=True,
         pools={"warm": 4, "unlabelled": 0, "eval": 2}, sft_steps=1, sft_lr=1e-3,
-        samples=2, max_new_tokens=6)),
+        samples=2, max_new_tokens=6, full_judgments=False)),
 }  # fmt: skip
 
 
@@ -79,7 +79,7 @@ class ReflectRM(Paper):
             return cached
         s = ctx.settings
         judged = jc.judge_pool(
-            str(ctx.out / "warm-judge"), ctx.out / "pools" / "eval.jsonl", samples=s["samples"],
+            jc.warm_judge(ctx.out, s), ctx.out / "pools" / "eval.jsonl", samples=s["samples"],
             seed=seed, max_new_tokens=s["max_new_tokens"], batch_size=s["eval_batch_size"],
         )  # fmt: skip
         figures = jc.inference_figures(judged)

@@ -30,7 +30,11 @@ def test_pools_are_disjoint_and_the_judgment_parses_to_the_gold_label() -> None:
         jc.make_pools({"a": 9}, seed=0, max_value=2)  # 2 x 2 x 2 = 8 questions
     pair = jc.ArithPair("p", 17, "+", 25, 44, right_first=True)
     assert jc.pair_record(pair)["response_2"] == "17 + 25 = 44" and pair.label == -1
-    assert jc.analysis(pair) == "Response 1 says 42. Response 2 says 44. 17 + 25 = 42."
+    assert jc.analysis(pair) == (
+        "Response 1 says 42. Response 2 says 44. 17 + 25 = 42, as Response 1 says."
+    )
+    assert jc.analysis(pair, swapped=True).endswith("= 42, as Response 2 says.")
+    assert jc.analysis(pair, value=43).endswith("= 43, as neither says.")
     fmt = JudgeFormat(jc.TAGS)
     assert fmt.verdict(jc.judgment(pair)) == -1
     assert fmt.verdict(jc.judgment(pair, swapped=True)) == 1  # the right answer is now second
@@ -39,10 +43,28 @@ def test_pools_are_disjoint_and_the_judgment_parses_to_the_gold_label() -> None:
     reflection = [r for r in rows if "Critique 1:" in r["prompt"]]
     assert len(reflection) == 1
     verdict = fmt.verdict(reflection[0]["response"], "Critique")
-    good_first = reflection[0]["prompt"].index("= 42.</Analysis>") < reflection[0]["prompt"].index(
-        "= 44.</Analysis>"
+    good_first = reflection[0]["prompt"].index("= 42, as") < reflection[0]["prompt"].index(
+        "= 44, as"
     )
     assert verdict == (-1 if good_first else 1)
+
+
+def test_both_papers_share_one_warm_judge_and_too_few_new_tokens_are_refused(
+    tmp_path: Path,
+) -> None:
+    consist, reflect = consistrm.PRESETS["cpu"].settings, reflectrm.PRESETS["cpu"].settings
+    root = tmp_path / "reproduce"
+    shared = jc.warm_dir(root / "consistrm" / "cpu", consist)
+    assert shared == jc.warm_dir(root / "reflectrm" / "cpu", reflect)
+    assert shared.parent == root / "judge-warm"
+    assert jc.warm_dir(root / "x" / "cpu", {**consist, "sft_steps": 1}) != shared
+    pair = jc.ArithPair("p", 17, "+", 25, 44, right_first=True)
+    rows = jc.warm_start_rows([pair], reflection_every=0, seed=0)
+    settings = {"model": "builtin:tiny-llama", "max_new_tokens": 6}
+    with pytest.raises(ValueError, match=r"max_new_tokens=6 is below the longest target"):
+        jc.check_new_tokens(rows, settings)
+    longest = jc.check_new_tokens(rows, {**settings, "max_new_tokens": 512})
+    assert 20 < longest <= 512  # the judgment is ~100 characters
 
 
 def test_inference_figures_on_a_hand_computed_case() -> None:
@@ -106,7 +128,9 @@ def test_smoke_runs_every_arm_and_seed_then_reuses_the_cache(
     precheck = results["precheck"]
     assert isinstance(precheck["go"], bool) and isinstance(precheck["reason"], str)
     assert (out / "results.md").exists() and (out / f"{paper}.png").read_bytes()[:4] == b"\x89PNG"
-    assert (out / "warm-judge" / "config.json").exists()
+    assert (
+        jc.warm_dir(out, module.PRESETS["smoke"].settings) / "warm-judge" / "config.json"
+    ).exists()
 
     def fail(*args: object) -> None:
         raise AssertionError("a cached run was run again")
