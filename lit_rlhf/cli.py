@@ -85,6 +85,15 @@ class LitRLHFTrainer(Trainer):
         super().__init__(precision=resolved, **kwargs)
 
 
+def _unreadable_checkpoint(path: Any, cause: str) -> RuntimeError:
+    size = Path(str(path)).stat().st_size
+    return RuntimeError(
+        f"--ckpt_path {path}: not a readable checkpoint ({size} bytes; empty, truncated, corrupt "
+        f"or not a checkpoint: {cause}). Fix: pass an intact checkpoint (e.g. an earlier one or "
+        "last.ckpt from the same folder), or start without --ckpt_path."
+    )
+
+
 class LitRLHFCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data.tokenizer", "model.init_args.tokenizer", apply_on="instantiate")
@@ -111,15 +120,15 @@ class LitRLHFCLI(LightningCLI):
     def _read_ckpt_hparams(self) -> None:
         """LightningCLI's hyperparameter reading, with a clear error for an unreadable file."""
         path = self.config[self.config["subcommand"]].get("ckpt_path")
+        if path is not None and Path(str(path)).is_file() and not zipfile.is_zipfile(str(path)):
+            # torch.save writes a zip archive; anything else (a text file, half a copy) would
+            # reach the weights-only unpickler, which fails with a bare KeyError or ValueError
+            raise _unreadable_checkpoint(path, "not a zip archive, the format torch.save writes")
         try:
             super()._parse_ckpt_path()
         except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
-            size = Path(str(path)).stat().st_size
-            raise RuntimeError(
-                f"--ckpt_path {path}: not a readable checkpoint ({size} bytes; empty, truncated "
-                f"or corrupt: {type(err).__name__}: {str(err)[:120] or 'no data'}). Fix: pass "
-                "an intact checkpoint (e.g. an earlier one or last.ckpt from the same folder), "
-                "or start without --ckpt_path."
+            raise _unreadable_checkpoint(
+                path, f"{type(err).__name__}: {str(err)[:120] or 'no data'}"
             ) from err
 
     def _parse_ckpt_path(self) -> None:

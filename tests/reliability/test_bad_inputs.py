@@ -174,14 +174,18 @@ def _fake_checkpoint(path: Path, hparams: dict[str, Any]) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "empty"])
+@pytest.mark.parametrize("damage", ["truncated", "empty", "text"])
 def test_corrupt_ckpt_path_names_the_file(tmp_path, damage):
     good = Path(_fake_checkpoint(tmp_path / "good.ckpt", {"lr": 0.5}))
     bad = tmp_path / "bad.ckpt"
-    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2] if damage == "truncated" else b"")
+    content = {"truncated": good.read_bytes()[: good.stat().st_size // 2], "empty": b"",
+               "text": b"epoch: 3\nnot a checkpoint\n"}[damage]  # fmt: skip
+    bad.write_bytes(content)
     message = rf"--ckpt_path {re.escape(str(bad))}: not a readable checkpoint .*Fix: pass an intact"
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(RuntimeError, match=message) as info:
         cli_main(["validate", "--config", TINY, f"--ckpt_path={bad}"])
+    printed = "".join(traceback.format_exception(info.value)).strip().splitlines()
+    assert re.search(message, printed[-1]), printed[-1]  # the path and the cause read last
 
 
 def test_resume_from_another_models_checkpoint_with_the_configs_tokenizer_is_refused(tmp_path):
