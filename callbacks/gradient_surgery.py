@@ -14,6 +14,7 @@ step (3 domains: 12 bytes per parameter on top of the usual gradient).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -61,8 +62,10 @@ class ModularGradientSurgery(Callback):
     ``removed_share`` (``|g - g'| / |g|``, g the plain sum, g' the surgery's; 0 without
     ``apply``), ``norm_ratio`` (``|g'| / |g|``), ``domains`` (domains in the step); per
     diagnostic granularity ``<granularity>/conflict_fraction``, ``/cosine_mean``,
-    ``/removed_share`` and ``/norm_ratio``
-    (:func:`~lit_rlhf.algos.gradient_surgery.conflict_summary`).
+    ``/removed_share``, ``/norm_ratio`` and ``/undefined_pairs``
+    (:func:`~lit_rlhf.algos.gradient_surgery.conflict_summary`). Cosines and conflicts count
+    only pairs where both domain gradients are non-zero (a domain whose rewards all tied this
+    step has a zero gradient and no direction); a step with no such pair logs no cosine.
     """
 
     def __init__(
@@ -162,7 +165,10 @@ class ModularGradientSurgery(Callback):
             summary = conflict_summary(grams, self._diagnostic_groups[granularity],
                                        generator=torch.Generator().manual_seed(seed))  # fmt: skip
             for key in ("conflict_fraction", "cosine_mean", "removed_share", "norm_ratio"):
-                out[f"{granularity}/{key}"] = torch.tensor(float(getattr(summary, key)))
+                value = float(getattr(summary, key))
+                if not math.isnan(value):  # no pair with a cosine this step: nothing to log
+                    out[f"{granularity}/{key}"] = torch.tensor(value)
+            out[f"{granularity}/undefined_pairs"] = torch.tensor(float(summary.undefined_pairs))
         return out
 
 

@@ -30,6 +30,7 @@ Decisions the paper leaves open:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,8 @@ tensor a group of its own): embeddings, LM / value / score heads, final norms.""
 @dataclass
 class SurgeryStats:
     """One group's diagnostics: cosine similarity of each pair of ORIGINAL task gradients
-    (sorted task names), how many pairs conflict (cosine < 0) and how many projections ran."""
+    (sorted task names; a pair with a zero gradient has none and is absent), how many pairs
+    conflict (cosine < 0) and how many projections ran."""
 
     cosine: dict[tuple[str, str], float] = field(default_factory=dict)
     conflicts: int = 0
@@ -132,9 +134,10 @@ def _pair_stats(names: list[str], flat: Tensor, norms_sq: Tensor) -> SurgeryStat
     for a in range(len(names)):
         for b in range(a + 1, len(names)):
             denom = float(norms[a] * norms[b])
-            cos = float(torch.dot(flat[a], flat[b])) / denom if denom > 0 else 0.0
-            stats.cosine[(names[a], names[b])] = cos
-            stats.conflicts += cos < 0
+            if denom > 0:  # a zero gradient has no direction: no cosine (conflict_summary)
+                cos = float(torch.dot(flat[a], flat[b])) / denom
+                stats.cosine[(names[a], names[b])] = cos
+                stats.conflicts += cos < 0
     return stats
 
 
@@ -305,13 +308,18 @@ class ConflictSummary:
 
     ``conflict_fraction``: share of (group, task pair) with negative cosine; ``cosine_mean``:
     the mean of those cosines; ``removed_share``: ``|g - g'| / |g|`` with g the plain sum of the
-    task gradients and g' PCGrad's sum (all groups together); ``norm_ratio``: ``|g'| / |g|``."""
+    task gradients and g' PCGrad's sum (all groups together); ``norm_ratio``: ``|g'| / |g|``.
+    A pair where either gradient is zero in a group (a task whose rewards all tied this step,
+    or a tensor it does not reach) has no cosine: it is left out of both means and counted in
+    ``undefined_pairs`` (as a cosine of 0 it would read as "no conflict" and dilute the
+    fraction); with no defined pair at all both means are NaN."""
 
     conflict_fraction: float
     cosine_mean: float
     removed_share: float
     norm_ratio: float
     groups: int
+    undefined_pairs: int = 0
 
 
 def conflict_summary(
@@ -324,7 +332,7 @@ def conflict_summary(
     ``groups`` (:func:`group_parameters`); tensors missing from ``grams`` are left out."""
     cosines: list[float] = []
     before_sq = after_sq = removed_sq = 0.0
-    used = 0
+    used = undefined = 0
     for names in groups.values():
         parts = [grams[n] for n in names if n in grams]
         if not parts:
@@ -335,7 +343,10 @@ def conflict_summary(
         for a in range(gram.shape[0]):
             for b in range(a + 1, gram.shape[0]):
                 denom = float(norms[a] * norms[b])
-                cosines.append(float(gram[a, b]) / denom if denom > 0 else 0.0)
+                if denom > 0:
+                    cosines.append(float(gram[a, b]) / denom)
+                else:
+                    undefined += 1
         weights = pcgrad_coefficients(gram, generator=generator).sum(dim=0)  # g' = w . g
         ones = torch.ones_like(weights)
         before_sq += float(ones @ gram @ ones)
@@ -343,11 +354,12 @@ def conflict_summary(
         removed_sq += float((ones - weights) @ gram @ (ones - weights))
     before = max(before_sq, 0.0) ** 0.5
     return ConflictSummary(
-        conflict_fraction=sum(c < 0 for c in cosines) / len(cosines) if cosines else 0.0,
-        cosine_mean=sum(cosines) / len(cosines) if cosines else 0.0,
+        conflict_fraction=sum(c < 0 for c in cosines) / len(cosines) if cosines else math.nan,
+        cosine_mean=sum(cosines) / len(cosines) if cosines else math.nan,
         removed_share=max(removed_sq, 0.0) ** 0.5 / before if before > 0 else 0.0,
         norm_ratio=max(after_sq, 0.0) ** 0.5 / before if before > 0 else 0.0,
         groups=used,
+        undefined_pairs=undefined,
     )
 
 

@@ -89,7 +89,7 @@ class MGS(Paper):
     presets = PRESETS
     table_metrics = (
         "conflict_gap", "module_conflict", "global_conflict", "module_cosine", "global_cosine",
-        "module_removed", "global_removed", "removed_share",
+        "module_removed", "global_removed", "removed_share", "undefined_pairs",
         "reward_countdown", "reward_ifeval", "reward_chat",
     )  # fmt: skip
     curve_keys = (

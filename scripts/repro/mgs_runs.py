@@ -29,6 +29,8 @@ CURVES = {
     "module_removed": _KEY + "module/removed_share",
     "global_removed": _KEY + "global/removed_share",
     "removed_share": _KEY + "removed_share",
+    # domain pairs without a cosine (a domain's gradient zero: its rewards all tied this step)
+    "undefined_pairs": _KEY + "global/undefined_pairs",
 }
 # arm -> the callback's settings (besides seed and the diagnostics every arm measures)
 ARM_SURGERY: dict[str, dict[str, Any]] = {

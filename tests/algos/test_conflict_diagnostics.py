@@ -44,6 +44,22 @@ def test_a_conflict_visible_per_module_is_hidden_in_the_global_gradient() -> Non
     assert whole.removed_share == 0.0 and whole.groups == 1 and per_module.groups == 2
 
 
+def test_a_zero_domain_gradient_has_no_cosine_and_is_counted_apart() -> None:
+    # t3 tied all its rewards: zero gradient. Its pairs have no cosine (not "no conflict").
+    grads = {**GRADS, "t3": {"a": torch.zeros(2), "b": torch.zeros(2)}}
+    _, grams = task_gram(grads)
+    per_module = conflict_summary(grams, {"a": ["a"], "b": ["b"]})
+    assert per_module.undefined_pairs == 4  # (t1, t3) and (t2, t3) in each of 2 groups
+    assert (per_module.conflict_fraction, per_module.cosine_mean) == (0.5, 0.0)  # as before
+    none = conflict_summary(task_gram({"x": {"a": torch.zeros(2)}, "y": {"a": torch.ones(2)}})[1],
+                            {"a": ["a"]})  # fmt: skip
+    assert none.undefined_pairs == 1 and math.isnan(none.conflict_fraction)
+    assert math.isnan(none.cosine_mean)
+    flat = {"x": torch.zeros(2), "y": torch.tensor([1.0, -1.0]), "z": torch.tensor([-1.0, 1.0])}
+    _, stats = project_conflicting(flat, generator=torch.Generator().manual_seed(0))
+    assert stats.cosine == {("y", "z"): pytest.approx(-1.0)} and stats.conflicts == 1
+
+
 def test_removed_share_of_a_hand_computed_projection() -> None:
     # g1 = (1, 0), g2 = (-1, 1): <g1, g2> = -1. g1' = g1 + g2 / 2 = (0.5, 0.5), g2' = g2 + g1
     # = (0, 1); plain sum (0, 1), PCGrad's (0.5, 1.5): |(0.5, 0.5)| / 1 removed, ratio sqrt(2.5)
