@@ -249,10 +249,14 @@ WARM_KEYS = ("model", "sft_config", "max_value", "pools", "sft_steps", "sft_lr",
 def warm_dir(out: Path, settings: Mapping[str, Any]) -> Path:
     """The warm judge's folder, shared by the ConsistRM and ReflectRM presets under one output
     root (``<root>/<paper>/<preset>`` -> ``<root>/judge-warm/<hash>``): the hash covers exactly
-    the settings that make the warm judge (``WARM_KEYS``), so both papers reuse one SFT run."""
+    the settings that make the warm judge (``WARM_KEYS``) and the judgment format (one pair's
+    target judgment and reflection row), so both papers reuse one SFT run and a change of the
+    format in this file trains a new judge."""
     import hashlib
 
-    key = json.dumps({k: settings[k] for k in WARM_KEYS}, sort_keys=True)
+    probe = ArithPair("format", 17, "+", 25, 44, right_first=True)
+    fmt = judgment(probe) + reflection_row(probe, random.Random(0))["response"]
+    key = json.dumps({**{k: settings[k] for k in WARM_KEYS}, "format": fmt}, sort_keys=True)
     return out.parent.parent / "judge-warm" / hashlib.sha256(key.encode()).hexdigest()[:12]
 
 

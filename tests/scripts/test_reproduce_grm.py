@@ -50,7 +50,7 @@ def test_pools_are_disjoint_and_the_judgment_parses_to_the_gold_label() -> None:
 
 
 def test_both_papers_share_one_warm_judge_and_too_few_new_tokens_are_refused(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch
 ) -> None:
     consist, reflect = consistrm.PRESETS["cpu"].settings, reflectrm.PRESETS["cpu"].settings
     root = tmp_path / "reproduce"
@@ -58,6 +58,9 @@ def test_both_papers_share_one_warm_judge_and_too_few_new_tokens_are_refused(
     assert shared == jc.warm_dir(root / "reflectrm" / "cpu", reflect)
     assert shared.parent == root / "judge-warm"
     assert jc.warm_dir(root / "x" / "cpu", {**consist, "sft_steps": 1}) != shared
+    monkeypatch.setattr(jc, "analysis", lambda pair, **kw: "changed")  # another format
+    assert jc.warm_dir(root / "consistrm" / "cpu", consist) != shared  # another warm judge
+    monkeypatch.undo()
     pair = jc.ArithPair("p", 17, "+", 25, 44, right_first=True)
     rows = jc.warm_start_rows([pair], reflection_every=0, seed=0)
     settings = {"model": "builtin:tiny-llama", "max_new_tokens": 6}
