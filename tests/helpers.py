@@ -15,7 +15,12 @@ from torch.utils.data import DataLoader
 from lit_rlhf.types import RewardOutput
 
 
-def prompt_loader(tokenizer: Any, prompts: list[str], batch_size: int) -> DataLoader:
+def prompt_loader(
+    tokenizer: Any, prompts: list[str], batch_size: int, row: Any = None
+) -> DataLoader:
+    """Prompt batches as ``PromptDataModule`` makes them; ``row(prompt)`` gives each prompt's
+    data row (default ``{}``)."""
+
     def collate(items: list[str]) -> dict[str, Any]:
         enc = tokenizer(items, return_tensors="pt", padding=True)
         return {
@@ -24,14 +29,15 @@ def prompt_loader(tokenizer: Any, prompts: list[str], batch_size: int) -> DataLo
             "prompt": items,
             "query_id": items,
             "task": ["toy"] * len(items),
-            "row": [{} for _ in items],
+            "row": [row(item) if row else {} for item in items],
         }
 
     return DataLoader(prompts, batch_size=batch_size, collate_fn=collate)
 
 
 class ConstantReward:
-    """Scores every completion with ``value`` (NaN to exercise error paths)."""
+    """Scores every completion with ``value`` (inf to exercise error paths; NaN is "no
+    score")."""
 
     def __init__(self, value: float) -> None:
         self.value = value

@@ -16,7 +16,6 @@ reconstructions); :meth:`reconstruct` serves its probes. Logged: ``train|val|tes
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -36,7 +35,12 @@ from lit_rlhf.models.compressor import (
     teacher_forced_logits,
 )
 from lit_rlhf.models.loading import Dtype, load_causal_lm, load_tokenizer
-from lit_rlhf.modules.compressor_setup import check_compressor_settings, lora_wrap
+from lit_rlhf.modules.compressor_setup import (
+    check_compressor_settings,
+    check_data_context,
+    lora_wrap,
+    memory_tokens,
+)
 from lit_rlhf.rollout.weight_sync import gathered
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import (
@@ -117,7 +121,7 @@ class CompressorDecoderModule(LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer"])
         check_compressor_settings(self.hparams)
-        self.k = num_memory_tokens or _rate_to_k(compression_rate, context_tokens)
+        self.k = num_memory_tokens or memory_tokens(compression_rate, context_tokens)  # type: ignore[arg-type]
         self.automatic_optimization = False
         self.step_optimizer = OptimizerStep(
             max_grad_norm=max_grad_norm,
@@ -136,6 +140,9 @@ class CompressorDecoderModule(LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the strategy is known and no weights are loaded yet
             check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
+        data = getattr(self.trainer, "datamodule", None)
+        sources = {name: getattr(data, f"{name}_source", None) for name in ("train", "val", "test")}
+        check_data_context(self.hp.context_tokens, self.k, self.hp.compression_rate, sources)
 
     def configure_model(self) -> None:
         strategy = self._trainer.strategy if self._trainer is not None else None
@@ -353,11 +360,6 @@ _NETWORK_SETTINGS = (
     "lora_rank",
     "lora_target_modules",
 )
-
-
-def _rate_to_k(rate: float | None, context_tokens: int | None) -> int:
-    assert rate is not None and context_tokens is not None  # checked with the settings
-    return max(1, math.ceil(context_tokens / rate))
 
 
 def _slice(batch: dict[str, Any], start: int, end: int) -> dict[str, Any]:

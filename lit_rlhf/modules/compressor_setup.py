@@ -3,6 +3,7 @@ so the module reads as its forward, losses and evaluation."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,8 @@ def check_compressor_settings(hp: Mapping[str, Any]) -> None:
         raise ValueError(f"compression_rate must be > 0, got {rate}")
     if context is not None and context < 1:
         raise ValueError(f"context_tokens must be >= 1, got {context}")
+    if rate is not None and context is not None:
+        _check_effective_rate(rate, context)
     layers = hp.get("compressor_layers")
     if layers is not None and (isinstance(layers, bool) or layers < 1):
         raise ValueError(
@@ -50,6 +53,44 @@ def check_compressor_settings(hp: Mapping[str, Any]) -> None:
         raise ValueError(
             f"lora_dropout must be in [0, 1), got {hp['lora_dropout']}. Fix: 0.0 (none) or a "
             "small rate such as ICAE's 0.05."
+        )
+
+
+def memory_tokens(rate: float, context_tokens: int) -> int:
+    """``k = ceil(context_tokens / rate)`` memory tokens for a compression rate."""
+    return max(1, math.ceil(context_tokens / rate))
+
+
+def _check_effective_rate(rate: float, context_tokens: int) -> None:
+    k = memory_tokens(rate, context_tokens)
+    effective = context_tokens / k
+    if not math.isclose(effective, rate, rel_tol=1e-6):
+        raise ValueError(
+            f"compression_rate={rate:g} on context_tokens={context_tokens} gives "
+            f"{k} memory token(s), an effective rate of {effective:g}, not {rate:g}. Fix: "
+            f"choose context_tokens a multiple of the rate (e.g. {math.ceil(rate) * k}), a rate "
+            f"that divides context_tokens, or set num_memory_tokens directly."
+        )
+
+
+def check_data_context(
+    context_tokens: int | None, k: int, rate: float | None, sources: dict[str, Any]
+) -> None:
+    """Refuse a data source whose ``context_tokens`` (``TextChunks``) differs from the
+    module's: the compressor's context length has one value (the module's, checked here in
+    ``setup`` against every source of the DataModule that has one)."""
+    for stage, source in sources.items():
+        data_context = getattr(source, "context_tokens", None)
+        if not isinstance(data_context, int) or data_context == context_tokens:
+            continue
+        if context_tokens is None and rate is None:  # num_memory_tokens alone: any length
+            continue
+        asked = f"compression_rate={rate:g} " if rate is not None else ""
+        raise ValueError(
+            f"the {stage} data's context_tokens={data_context} differs from the module's "
+            f"context_tokens={context_tokens} ({asked}-> {k} memory tokens, an effective rate "
+            f"of {data_context / k:g} on this data). Fix: set model.init_args.context_tokens "
+            f"to {data_context}, or the data's to {context_tokens}."
         )
 
 

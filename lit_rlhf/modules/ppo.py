@@ -11,6 +11,7 @@ References: PPO (arXiv 1707.06347), PPO for LMs (Ziegler et al., arXiv 1909.0859
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -22,6 +23,7 @@ from lit_rlhf.metrics import GroupedMean
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
 from lit_rlhf.rewards.base import RewardFunction
+from lit_rlhf.rewards.combine import combined_reward
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.training import (
@@ -44,7 +46,14 @@ class PPOModule(LightningModule):
 
     Args:
         model: policy to train: hub id, local folder, or ``builtin:<name>``.
-        reward: the reward function (any :class:`RewardFunction`, injected by class path).
+        reward: the reward: a :class:`RewardFunction` by class path, a plain function or
+            TRL-style reward by import path (``my_rewards.brevity``), or a list of them (see
+            :mod:`lit_rlhf.rewards.adapt` for calling conventions and return values).
+        reward_weights: with a list ``reward``: one weight per reward (default all 1.0); the
+            parts are summed into one :class:`~lit_rlhf.rewards.WeightedRewards`, each logged as
+            ``reward/<name>``.
+        reward_fallback: the score of a sample that no reward scored (None); such samples are
+            logged as the fraction ``reward/unscored``.
         engine: generation engine; default :class:`HFGenerationEngine` with its defaults.
         tokenizer: a tokenizer object; the CLI links the DataModule's. ``None`` loads ``model``'s.
         samples_per_prompt: G, responses sampled per prompt.
@@ -106,7 +115,7 @@ class PPOModule(LightningModule):
 
     def __init__(
         self,
-        reward: RewardFunction,
+        reward: RewardFunction | Callable[..., Any] | list[RewardFunction | Callable[..., Any]],
         model: str = "builtin:tiny-llama",
         engine: GenerationEngine | None = None,
         tokenizer: Any = None,
@@ -151,15 +160,20 @@ class PPOModule(LightningModule):
         pass_threshold: float = 1.0,
         seed: int = 0,
         max_consecutive_skips: int = 5,
+        reward_weights: list[float] | None = None,
+        reward_fallback: float = 0.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
+        reward = combined_reward(reward, reward_weights)
         self._init_core(reward, engine)
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it
         self._init_state()
 
-    def _init_core(self, reward: RewardFunction, engine: GenerationEngine | None) -> None:
+    def _init_core(
+        self, reward: RewardFunction | Callable[..., Any], engine: GenerationEngine | None
+    ) -> None:
         """Validated settings (before any model loads) and the shared core's rollout and update."""
         hp = self.hp
         self.settings = PPOSettings.from_hparams(hp)  # validates
@@ -167,7 +181,7 @@ class PPOModule(LightningModule):
         _check_module_settings(hp)
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
-        self.rollouts = RolloutCollector(self.engine, reward)
+        self.rollouts = RolloutCollector(self.engine, reward, fallback=hp.reward_fallback)
         self.rl = PolicyStep(
             self.settings,
             self.rollouts,

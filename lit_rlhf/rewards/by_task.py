@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.rewards.adapt import as_reward
 from lit_rlhf.rewards.base import (
     RewardFunction,
     check_batch_lengths,
@@ -22,8 +23,9 @@ class RewardByTask:
     """Routes every completion to the reward of its row's ``task``.
 
     Args:
-        rewards: task name -> reward function (e.g. ``math``: ``MathReward``, ``chat``:
-            ``ScalarRMReward``, ``ifeval``: ``InstructionReward``).
+        rewards: task name -> reward (e.g. ``math``: ``MathReward``, ``chat``:
+            ``ScalarRMReward``, ``ifeval``: ``InstructionReward``); any callable, see
+            :mod:`lit_rlhf.rewards.adapt` (a None score is NaN in ``<task>/score``).
         default: the reward of tasks not in ``rewards``; None makes such a row an error.
 
     Info: ``<task>/score`` and each routed reward's info as ``<task>/<key>``, defined on that
@@ -42,6 +44,10 @@ class RewardByTask:
         if bad:
             raise ValueError(f"tasks {bad}: each needs a non-empty name and a callable reward")
         self.rewards, self.default = dict(rewards), default
+        self._adapted = {
+            task: as_reward(reward, task, log_scores=False)
+            for task, reward in self._components().items()
+        }
 
     def __call__(
         self,
@@ -63,19 +69,13 @@ class RewardByTask:
         scores = torch.zeros(len(rows))
         info: dict[str, torch.Tensor] = {}
         for task, index in by_task.items():
-            reward = self.rewards.get(task, self.default)
-            assert reward is not None
-            out = reward(
+            reward = self._adapted[task if task in self.rewards else ""]
+            out = reward(  # scores checked: one per completion, NaN = no score
                 [prompts[i] for i in index],
                 [completions[i] for i in index],
                 [rows[i] for i in index],
             )
-            part = torch.as_tensor(out.scores, dtype=torch.float32).detach().cpu()
-            if part.shape != (len(index),):
-                raise ValueError(
-                    f"the reward of task {task!r} returned {tuple(part.shape)} scores for "
-                    f"{len(index)} completions"
-                )
+            part = out.scores
             where = torch.tensor(index)
             scores[where] = part
             for key, value in {"score": part, **out.info}.items():

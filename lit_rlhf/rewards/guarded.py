@@ -2,8 +2,10 @@
 
 A verifier that raises on one odd completion, a judge that hangs on one request: one sample's
 fault should cost that sample its score, not the run. :class:`GuardedReward` calls the wrapped
-reward on the batch; if that raises, runs past ``timeout_s`` or returns a non-finite score, the
-failing samples are found by scoring sample by sample, and each of them gets ``fallback``. Its
+reward on the batch; if that raises, runs past ``timeout_s`` or returns an infinite score, the
+failing samples are found by scoring sample by sample, and each of them gets ``fallback``. A
+None/NaN score is "no score for this sample" (:mod:`lit_rlhf.rewards.adapt`), not a failure: it
+passes through (and is counted as ``reward/unscored`` if nothing else scores the sample). Its
 info column ``reward_error`` (1.0 where the fallback was used) is logged as the fraction
 ``reward/reward_error`` and, summed over every guarded reward of the step (also inside
 ``WeightedRewards`` / ``RewardByTask``, as ``<name>/reward_error``), as the count
@@ -36,6 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_rlhf.rewards.adapt import as_reward
 from lit_rlhf.rewards.base import RewardFunction, check_batch_lengths
 from lit_rlhf.types import RewardOutput
 
@@ -53,8 +56,8 @@ class StalledReward(RuntimeError):
 
 class GuardedReward:
     """Args:
-    reward: the reward to guard (any :class:`RewardFunction`).
-    fallback: the score of a sample whose scoring raised, timed out or was not finite.
+    reward: the reward to guard (any callable, see :mod:`lit_rlhf.rewards.adapt`).
+    fallback: the score of a sample whose scoring raised, timed out or was infinite.
     timeout_s: the time limit of one call of ``reward`` (the batch, then each sample when the
         batch is re-scored); None: no limit (and no thread). A batched reward whose whole batch
         legitimately takes longer needs a limit above that time.
@@ -88,6 +91,7 @@ class GuardedReward:
         if max_stalled_calls < 0:
             raise ValueError(f"max_stalled_calls must be >= 0, got {max_stalled_calls}")
         self.reward, self.fallback = reward, float(fallback)
+        self._adapted = as_reward(reward)
         self.timeout_s, self.max_stalled_calls = timeout_s, max_stalled_calls
         self.errors = 0  # failed samples so far (the first ones are warned about)
         self._stalled: list[threading.Thread] = []
@@ -101,17 +105,17 @@ class GuardedReward:
         check_batch_lengths(prompts, completions, rows)
         n = len(completions)
         try:
-            batch: RewardOutput | None = self._checked(self._call(prompts, completions, rows), n)
+            batch = self._checked(self._call(prompts, completions, rows))
         except StalledReward:
             raise
         except Exception:  # which samples failed is found below, one by one
-            batch = None
-        if batch is not None and bool(torch.isfinite(batch.scores).all()):
+            pass
+        else:
             return RewardOutput(batch.scores, {**batch.info, REWARD_ERROR_KEY: torch.zeros(n)})
         outputs: list[RewardOutput | None] = []
         failures: list[tuple[int, BaseException]] = []
         for i in range(n):
-            out, error = self._sample(batch, i, prompts[i], completions[i], rows[i])
+            out, error = self._sample(prompts[i], completions[i], rows[i])
             outputs.append(out)
             if error is not None:
                 failures.append((i, error))
@@ -119,28 +123,21 @@ class GuardedReward:
         return self._assembled(outputs)
 
     def _sample(
-        self, batch: RewardOutput | None, i: int, prompt: str, completion: str, row: Any
+        self, prompt: str, completion: str, row: Any
     ) -> tuple[RewardOutput | None, BaseException | None]:
-        """Sample ``i``'s one-sample output (from the batch's when that one was finite) or its
-        error."""
-        if batch is not None and bool(torch.isfinite(batch.scores[i])):
-            return RewardOutput(batch.scores[i : i + 1], _row(batch.info, i)), None
-        if batch is not None:
-            return None, FloatingPointError(f"non-finite score {float(batch.scores[i])}")
+        """One sample's output, or its error."""
         try:
-            out = self._checked(self._call([prompt], [completion], [row]), 1)
+            return self._checked(self._call([prompt], [completion], [row])), None
         except StalledReward:
             raise
         except Exception as error:
             return None, error
-        if not bool(torch.isfinite(out.scores).all()):
-            return None, FloatingPointError(f"non-finite score {float(out.scores[0])}")
-        return out, None
 
     def _call(self, prompts: Sequence[str], completions: Sequence[str], rows: Any) -> RewardOutput:
-        """The wrapped reward's output, or :class:`RewardTimeout` after ``timeout_s``."""
+        """The wrapped reward's output (one score per sample, finite or NaN: checked), or
+        :class:`RewardTimeout` after ``timeout_s``."""
         if self.timeout_s is None:
-            return self.reward(prompts, completions, rows)
+            return self._adapted(prompts, completions, rows)
         self._stalled = [t for t in self._stalled if t.is_alive()]
         box: dict[str, Any] = {}
         grad = torch.is_grad_enabled()
@@ -151,7 +148,7 @@ class GuardedReward:
                 torch.cuda.set_device(cuda)
             try:
                 with torch.set_grad_enabled(grad):
-                    box["out"] = self.reward(prompts, completions, rows)
+                    box["out"] = self._adapted(prompts, completions, rows)
             except BaseException as error:  # handed to the caller's thread
                 box["error"] = error
 
@@ -175,14 +172,12 @@ class GuardedReward:
                 f"max_stalled_calls (now {self.max_stalled_calls})."
             )
 
-    def _checked(self, out: RewardOutput, n: int) -> RewardOutput:
-        scores = torch.as_tensor(out.scores, dtype=torch.float32).detach().cpu()
-        if scores.shape != (n,):
-            raise ValueError(f"returned scores of shape {tuple(scores.shape)} for {n} samples")
+    @staticmethod
+    def _checked(out: RewardOutput) -> RewardOutput:
         info = {
             k: torch.as_tensor(v, dtype=torch.float32).detach().cpu() for k, v in out.info.items()
         }
-        return RewardOutput(scores, info)
+        return RewardOutput(out.scores, info)
 
     def _report(self, failures: list[tuple[int, BaseException]], n: int) -> None:
         """Warn about the first failures of the run; refuse a batch where every sample failed."""
@@ -221,7 +216,7 @@ class GuardedReward:
         return RewardOutput(scores, info)
 
     def _name(self) -> str:
-        return f"GuardedReward({type(self.reward).__name__})"
+        return f"GuardedReward({getattr(self.reward, '__name__', type(self.reward).__name__)})"
 
     def state_dict(self) -> dict[str, Any]:
         """The wrapped reward's state (a stateful reward's, e.g. running statistics), or {}."""
@@ -232,7 +227,3 @@ class GuardedReward:
         inner = getattr(self.reward, "load_state_dict", None)
         if callable(inner) and state:
             inner(state)
-
-
-def _row(info: Mapping[str, Tensor], i: int) -> dict[str, Tensor]:
-    return {k: v[i : i + 1] for k, v in info.items()}

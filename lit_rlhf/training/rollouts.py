@@ -6,11 +6,15 @@ The module never imports a concrete engine or reward: both are injected (class p
 
 from __future__ import annotations
 
+import math
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from lit_rlhf.rewards.adapt import as_reward
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.guarded import REWARD_ERROR_KEY
 from lit_rlhf.rollout.base import GenerationEngine
@@ -24,16 +28,30 @@ class RolloutCollector:
     Args:
         engine: the generation engine (HF generate, the decode loop, vLLM, or any
             :class:`GenerationEngine`).
-        reward: the reward function (any :class:`RewardFunction`).
+        reward: the reward: any callable (a :class:`RewardFunction`, a plain function, a
+            TRL-style reward; see :mod:`lit_rlhf.rewards.adapt`).
+        fallback: the score of a sample the reward gave no score (None / NaN); such samples
+            are counted in the info column ``unscored`` (logged as ``reward/unscored``, a
+            fraction).
     """
 
-    def __init__(self, engine: GenerationEngine, reward: RewardFunction) -> None:
+    def __init__(
+        self,
+        engine: GenerationEngine,
+        reward: RewardFunction | Callable[..., Any],
+        fallback: float = 0.0,
+    ) -> None:
         if not callable(reward):
             raise TypeError(f"reward must be a RewardFunction (callable), got {type(reward)}")
         if not callable(getattr(engine, "generate", None)):
             raise TypeError(f"engine must be a GenerationEngine, got {type(engine)}")
+        if not math.isfinite(fallback):
+            raise ValueError(f"reward_fallback must be a finite score, got {fallback}")
         self.engine = engine
-        self.reward = reward
+        self.reward = reward  # the object itself: its state (if any) goes into checkpoints
+        self.fallback = float(fallback)
+        self._score = as_reward(reward)
+        self._warned_unscored = False
 
     @torch.no_grad()
     def collect(
@@ -102,17 +120,23 @@ class RolloutCollector:
     def score(
         self, prompts: list[str], responses: list[str], rows: list[Any], *, device: Any = None
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """The injected reward's scores [B] (checked: one finite float per response) and its
-        per-sample info."""
-        result = self.reward(prompts, responses, rows)
-        scores = torch.as_tensor(result.scores, dtype=torch.float32, device=device)
-        if scores.shape != (len(responses),) or not torch.isfinite(scores).all():
-            raise ValueError(
-                f"{type(self.reward).__name__} returned scores of shape {tuple(scores.shape)} "
-                f"(finite: {bool(torch.isfinite(scores).all())}); expected {len(responses)} "
-                "finite floats, one per completion"
+        """The injected reward's scores [B] (checked: one number per response, refused in one
+        line otherwise; an unscored sample gets ``fallback``) and its per-sample info."""
+        result = self._score(prompts, responses, rows)
+        info = {k: torch.as_tensor(v).float() for k, v in result.info.items()}
+        unscored = result.scores.isnan()
+        info["unscored"] = unscored.float()
+        if unscored.any() and not self._warned_unscored:
+            self._warned_unscored = True
+            warnings.warn(
+                f"reward {self._score.name!r} gave no score (None/NaN) to "
+                f"{int(unscored.sum())} of {len(responses)} samples; they are scored "
+                f"reward_fallback={self.fallback} and counted in reward/unscored (warned once)",
+                RuntimeWarning,
+                stacklevel=2,
             )
-        return scores, {k: torch.as_tensor(v).float() for k, v in result.info.items()}
+        scores = result.scores.masked_fill(unscored, self.fallback).to(device)
+        return scores, info
 
     def _add_reward_terms(self, rollout: Rollout, trainer: Any, module: Any) -> None:
         ctx = RewardContext(

@@ -94,9 +94,9 @@ def test_micro_batch_accumulation_equals_one_pass(tiny_model_dir, loss_agg):
         torch.testing.assert_close(accumulated[name], full[name], atol=1e-6, rtol=1e-4)
 
 
-def test_nan_reward_is_a_clear_error(tiny_model_dir, tmp_path):
-    module = make_module(tiny_model_dir, reward=ConstantReward(float("nan")))
-    with pytest.raises(ValueError, match="expected 8 finite floats"):
+def test_an_infinite_reward_is_a_clear_error(tiny_model_dir, tmp_path):
+    module = make_module(tiny_model_dir, reward=ConstantReward(float("inf")))
+    with pytest.raises(ValueError, match="returned inf at position 0; scores must be finite"):
         trainer(tmp_path, limit_train_batches=1).fit(
             module, prompt_loader(module.tokenizer, PROMPTS[:2], 2)
         )

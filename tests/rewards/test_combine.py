@@ -13,7 +13,7 @@ from lit_rlhf.rewards import (
     RewardFunction,
     WeightedRewards,
 )
-from lit_rlhf.rewards.combine import default_reward_name
+from lit_rlhf.rewards.adapt import reward_name as default_reward_name
 from lit_rlhf.types import RewardOutput
 
 ROWS = [{"numbers": [1, 2], "target": 3}, {"numbers": [1, 2], "target": 3}]

@@ -35,7 +35,8 @@ class LengthReward:
             raise KeyError("boom")
         if "slow" in completions:
             time.sleep(self.sleep_s)
-        scores = torch.tensor([math.nan if c == "nan" else float(len(c)) for c in completions])
+        special = {"nan": math.nan, "inf": math.inf}
+        scores = torch.tensor([special.get(c, float(len(c))) for c in completions])
         return RewardOutput(scores, {"length": torch.tensor([float(len(c)) for c in completions])})
 
 
@@ -64,11 +65,20 @@ def test_a_sample_past_the_time_limit_gets_the_fallback_within_the_limit() -> No
     assert out.info[REWARD_ERROR_KEY].tolist() == [1.0, 0.0]
 
 
-def test_a_non_finite_score_gets_the_fallback_without_re_scoring() -> None:
+def test_an_infinite_score_gets_the_fallback() -> None:
     inner = LengthReward()
-    with pytest.warns(RuntimeWarning, match="FloatingPointError: non-finite score nan"):
-        out = score(GuardedReward(inner, timeout_s=None), ["nan", "a"])
-    assert out.scores.tolist() == [0.0, 1.0] and inner.calls == 1
+    with pytest.warns(RuntimeWarning, match="RewardReturnError: reward 'length' returned inf"):
+        out = score(GuardedReward(inner, timeout_s=None), ["inf", "a"])
+    # the batch, then each sample: only the infinite one falls back
+    assert out.scores.tolist() == [0.0, 1.0] and inner.calls == 3
+    assert out.info[REWARD_ERROR_KEY].tolist() == [1.0, 0.0]
+
+
+def test_a_nan_score_means_no_score_and_is_not_a_failure() -> None:
+    inner = LengthReward()
+    out = score(GuardedReward(inner, timeout_s=None), ["nan", "a"])
+    assert math.isnan(out.scores[0]) and out.scores[1] == 1.0 and inner.calls == 1
+    assert out.info[REWARD_ERROR_KEY].tolist() == [0.0, 0.0]
 
 
 def test_a_healthy_batch_is_scored_once_in_the_callers_grad_mode() -> None:

@@ -89,7 +89,7 @@ def test_the_collector_scores_with_the_reward_and_then_the_terms():
     )
     assert with_terms.scores.tolist() == [2.0, 2.0, 4.0, 4.0]
     assert with_terms.term_stats == {"PlusOne/n": torch.tensor(4.0)}
-    with pytest.raises(ValueError, match="expected 4 finite floats"):
+    with pytest.raises(ValueError, match=r"shape \(3,\) for 4 completions"):
         RolloutCollector(EchoEngine(), lambda p, c, r: RewardOutput(torch.ones(3))).collect(
             None, Tokenizer(), batch, samples_per_prompt=2
         )
