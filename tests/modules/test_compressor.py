@@ -63,8 +63,43 @@ def test_bad_settings_are_refused_before_any_model_loads(settings: dict, message
 
 
 def test_compression_rate_sets_k() -> None:
-    module = CompressorDecoderModule(num_memory_tokens=None, compression_rate=6, context_tokens=32)
-    assert module.k == 6  # ceil(32 / 6)
+    module = CompressorDecoderModule(num_memory_tokens=None, compression_rate=8, context_tokens=32)
+    assert module.k == 4
+
+
+@pytest.mark.parametrize(
+    ("rate", "message"),
+    [
+        (64, r"compression_rate=64 on context_tokens=32 gives 1 memory token\(s\), an "
+         r"effective rate of 32, not 64"),
+        (6, r"compression_rate=6 on context_tokens=32 gives 6 memory token\(s\), an "
+         r"effective rate of 5\.33333, not 6"),
+    ],
+)  # fmt: skip
+def test_a_rate_the_context_cannot_give_is_refused_with_both_numbers(rate, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        CompressorDecoderModule(
+            compressor="no/such-model", num_memory_tokens=None, compression_rate=rate,
+            context_tokens=32,
+        )  # fmt: skip
+
+
+def test_the_cli_refuses_rate_64_on_32_token_chunks_before_training(tmp_path: Path) -> None:
+    from lit_rlhf.cli import cli_main
+
+    config = str(Path(__file__).resolve().parents[2] / "configs/compressor/tiny.yaml")
+    common = ["fit", "--config", config, f"--trainer.default_root_dir={tmp_path}"]
+    with pytest.raises(ValueError, match=r"compression_rate=64 on context_tokens=32") as info:
+        cli_main([*common, "--model.init_args.compression_rate=64"])
+    assert "effective rate of 32, not 64" in str(info.value).splitlines()[-1]
+    # the data's chunks longer than the module's context: refused in setup, before any load
+    longer = "--data.init_args.train.init_args.context_tokens=64"
+    with pytest.raises(
+        ValueError,
+        match=r"the train data's context_tokens=64 differs from the module's context_tokens=32 "
+        r"\(compression_rate=8 -> 4 memory tokens, an effective rate of 16 on this data\)",
+    ):
+        cli_main([*common, longer])
 
 
 def test_compressor_layers_keeps_the_first_layers_of_the_compressor_only() -> None:
