@@ -46,16 +46,14 @@ jsonargparse's union report with its namespace dump.
 from __future__ import annotations
 
 import os
-import pickle
 import warnings
-import zipfile
-from pathlib import Path
 from typing import Any, Literal
 
 from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT
 from lightning.pytorch.cli import LightningCLI
 
+from lit_rlhf import cli_checkpoints as ckpt
 from lit_rlhf.cli_errors import LitRLHFParser, root_cause
 from lit_rlhf.strategies.shutdown import shutdown_distributed
 from lit_rlhf.training.checkpoint_io import use_atomic_checkpoint_io
@@ -85,15 +83,6 @@ class LitRLHFTrainer(Trainer):
         super().__init__(precision=resolved, **kwargs)
 
 
-def _unreadable_checkpoint(path: Any, cause: str) -> RuntimeError:
-    size = Path(str(path)).stat().st_size
-    return RuntimeError(
-        f"--ckpt_path {path}: not a readable checkpoint ({size} bytes; empty, truncated, corrupt "
-        f"or not a checkpoint: {cause}). Fix: pass an intact checkpoint (e.g. an earlier one or "
-        "last.ckpt from the same folder), or start without --ckpt_path."
-    )
-
-
 class LitRLHFCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data.tokenizer", "model.init_args.tokenizer", apply_on="instantiate")
@@ -118,18 +107,24 @@ class LitRLHFCLI(LightningCLI):
             raise cause from None  # the class's own message last, not a namespace dump
 
     def _read_ckpt_hparams(self) -> None:
-        """LightningCLI's hyperparameter reading, with a clear error for an unreadable file."""
-        path = self.config[self.config["subcommand"]].get("ckpt_path")
-        if path is not None and Path(str(path)).is_file() and not zipfile.is_zipfile(str(path)):
-            # torch.save writes a zip archive; anything else (a text file, half a copy) would
-            # reach the weights-only unpickler, which fails with a bare KeyError or ValueError
-            raise _unreadable_checkpoint(path, "not a zip archive, the format torch.save writes")
-        try:
-            super()._parse_ckpt_path()
-        except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
-            raise _unreadable_checkpoint(
-                path, f"{type(err).__name__}: {str(err)[:120] or 'no data'}"
-            ) from err
+        """LightningCLI's hyperparameter reading (for files and DeepSpeed folders), each wrong
+        checkpoint refused with its path and cause (:mod:`lit_rlhf.cli_checkpoints`)."""
+        subcommand = self.config["subcommand"]
+        path = self.config[subcommand].get("ckpt_path")
+        if path is None:
+            return
+        hparams = ckpt.read_hparams(str(path))
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        class_path = self.config[subcommand].get("model.class_path")
+        ckpt.check_module(str(path), hparams, class_path)
+        # a checkpoint saved outside the CLI records no class: its settings are the config's
+        # module's (check_module made sure they fit)
+        class_path = hparams.pop("_class_path", class_path)
+        if class_path is not None:
+            hparams = {"class_path": class_path, "dict_kwargs": hparams}
+        self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
     def _parse_ckpt_path(self) -> None:
         subcommand = self.config.get("subcommand")
@@ -155,6 +150,8 @@ class LitRLHFCLI(LightningCLI):
             f"{k}: config {before.get(k)!r}, checkpoint {after.get(k)!r}" for k in changed
         )
         if subcommand in _EVALUATE:
+            saved = {key: after.get(key) for key in changed}
+            ckpt.check_networks(str(self.config[subcommand]["ckpt_path"]), saved, dict(before))
             for key in changed:
                 after[key] = before.get(key)
             warnings.warn(
@@ -176,11 +173,12 @@ def _check_resumed_tokenizer(config: Any, config_model: Any) -> None:
     """A resume takes the checkpoint's ``model``; the data's tokenizer stays the config's. When
     that tokenizer was the config's own model, it is not the checkpoint's model's."""
     model, tokenizer = config.get("model.init_args.model"), config.get("data.init_args.tokenizer")
-    if model is None or tokenizer is None or model == config_model:
+    if model is None or tokenizer is None or ckpt.same_setting(model, config_model):
         return
     if tokenizer == config_model:
-        raise ValueError(
-            f"--ckpt_path holds a run of model {model!r}, and the config trains {config_model!r} "
+        raise ckpt.CheckpointError(
+            f"--ckpt_path {config.get('ckpt_path')}: a run of model {model!r}, and the config "
+            f"trains {config_model!r} "
             f"with its tokenizer (data.init_args.tokenizer={tokenizer!r}): the resumed policy "
             f"would read another model's token ids. Fix: set model.init_args.model and "
             f"data.init_args.tokenizer to {model!r} to resume that run, or start a new run "

@@ -46,7 +46,7 @@ def explain_parse_error(message: str, subcommand: str | None = None) -> str:
     """jsonargparse's ``message`` without the value dumps, followed by one line that names the
     setting, the cause and the fix."""
     head = re.split(r"\n\s*Given value type:", message, maxsplit=1)[0]  # the rest: the input
-    lines = [line for line in head.splitlines() if _kept(line)]
+    lines = [line for line in _first_branches(head.splitlines()) if _kept(line)]
     key, class_path, cause = _locate(lines)
     command = f"lit-rlhf {subcommand}" if subcommand else "lit-rlhf"
     report = ["lit-rlhf: the configuration was refused:", *(f"  {line}" for line in lines)]
@@ -54,6 +54,33 @@ def explain_parse_error(message: str, subcommand: str | None = None) -> str:
     where = f"{key}: " if key else ""
     report.append(f"error: {where}{cause.rstrip('.')}. Fix: {_fix(key, class_path, cause)}")
     return "\n".join(report)
+
+
+def _first_branches(lines: list[str]) -> list[str]:
+    """Each union's first branch only: a union's later branches repeat the cause for types the
+    value was never meant as (``reward``: a class path is tried as a ``RewardFunction``, then as
+    a function, then as a list; the first branch is the reading the user meant)."""
+    kept: list[str] = []
+    blocks: list[list[int]] = []  # per open "Errors:" block: [its indent, its branches' indent]
+    skip_below: int | None = None
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        if skip_below is not None and indent > skip_below:
+            continue
+        skip_below = None
+        while blocks and indent <= blocks[-1][0]:
+            blocks.pop()
+        text = line.strip()
+        if blocks and text.startswith("- "):
+            if blocks[-1][1] < 0:
+                blocks[-1][1] = indent  # the first branch
+            elif indent == blocks[-1][1]:
+                skip_below = indent  # a later branch and everything under it
+                continue
+        if text == "Errors:":
+            blocks.append([indent, -1])
+        kept.append(line)
+    return kept
 
 
 def _kept(line: str) -> bool:

@@ -33,7 +33,7 @@ from lit_rlhf.callbacks import (
     ModularGradientSurgery,
     TrustRegionEntropy,
 )
-from lit_rlhf.cli import LitRLHFCLI, cli_main
+from lit_rlhf.cli import cli_main
 from lit_rlhf.data import (
     CountdownPrompts,
     FilePrompts,
@@ -166,60 +166,6 @@ def test_cli_class_error_is_the_last_line(extra, error, message):
     printed = "".join(traceback.format_exception(info.value)).strip().splitlines()
     assert re.search(message, printed[-1]), printed[-1]  # what the user reads last
     assert not any("Namespace(" in line for line in printed)
-
-
-# ------------------------------------------------------------------------------- checkpoints
-def _fake_checkpoint(path: Path, hparams: dict[str, Any]) -> str:
-    torch.save({"hyper_parameters": {"_class_path": "lit_rlhf.modules.PPOModule", **hparams}}, path)
-    return str(path)
-
-
-@pytest.mark.parametrize("damage", ["truncated", "empty", "text"])
-def test_corrupt_ckpt_path_names_the_file(tmp_path, damage):
-    good = Path(_fake_checkpoint(tmp_path / "good.ckpt", {"lr": 0.5}))
-    bad = tmp_path / "bad.ckpt"
-    content = {"truncated": good.read_bytes()[: good.stat().st_size // 2], "empty": b"",
-               "text": b"epoch: 3\nnot a checkpoint\n"}[damage]  # fmt: skip
-    bad.write_bytes(content)
-    message = rf"--ckpt_path {re.escape(str(bad))}: not a readable checkpoint .*Fix: pass an intact"
-    with pytest.raises(RuntimeError, match=message) as info:
-        cli_main(["validate", "--config", TINY, f"--ckpt_path={bad}"])
-    printed = "".join(traceback.format_exception(info.value)).strip().splitlines()
-    assert re.search(message, printed[-1]), printed[-1]  # the path and the cause read last
-
-
-def test_resume_from_another_models_checkpoint_with_the_configs_tokenizer_is_refused(tmp_path):
-    ckpt = _fake_checkpoint(tmp_path / "qwen.ckpt", {"model": "builtin:tiny-qwen2"})
-    with pytest.raises(
-        ValueError,
-        match=r"run of model 'builtin:tiny-qwen2'.*trains "
-        r"'builtin:tiny-llama' with its tokenizer.*Fix: set model\.init_args\.model "
-        r"and data\.init_args\.tokenizer",
-    ):
-        cli_main(["fit", "--config", TINY, f"--ckpt_path={ckpt}"])
-
-
-def test_resume_with_changed_settings_says_the_checkpoints_win(tmp_path, monkeypatch):
-    monkeypatch.setattr(LitRLHFCLI, "_run_subcommand", lambda self, subcommand: None)
-    ckpt = _fake_checkpoint(tmp_path / "run.ckpt", {"model": "builtin:tiny-llama", "lr": 0.5})
-    with pytest.warns(
-        UserWarning,
-        match=r"checkpoint's settings replace the config's \(lr: "
-        r"config 0\.001, checkpoint 0\.5\)\. Fix: to train on with new settings",
-    ):
-        cli = cli_main(["fit", "--config", TINY, f"--ckpt_path={ckpt}"])
-    assert cli.model.hparams.lr == 0.5
-
-
-@pytest.mark.parametrize(("flags", "expected"), [([], True), (["--weights_only=false"], False)])
-def test_ckpt_path_is_loaded_weights_only_unless_the_user_says_otherwise(
-    tmp_path, monkeypatch, flags, expected
-):
-    """The Trainer's load of --ckpt_path unpickles tensors and plain types only (no code)."""
-    monkeypatch.setattr(LitRLHFCLI, "_run_subcommand", lambda self, subcommand: None)
-    ckpt = _fake_checkpoint(tmp_path / "run.ckpt", {"model": "builtin:tiny-llama"})
-    cli = cli_main(["fit", "--config", TINY, f"--ckpt_path={ckpt}", *flags])
-    assert cli.config_init["fit"]["weights_only"] is expected
 
 
 def _built(cls: Any, **kwargs: Any) -> Any:
