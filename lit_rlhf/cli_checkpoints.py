@@ -109,8 +109,12 @@ def deepspeed_model_states(folder: Path) -> Path:
     states = sorted(tag.glob("*model_states.pt")) if tag.is_dir() else []
     optim = sorted(tag.glob("*optim_states.pt")) if tag.is_dir() else []
     if not states or not optim:
-        lacks = "its folder" if not tag.is_dir() else "*model_states.pt" if not states else (
-            "*optim_states.pt"
+        lacks = (
+            "its folder"
+            if not tag.is_dir()
+            else "*model_states.pt"
+            if not states
+            else ("*optim_states.pt")
         )
         raise CheckpointError(
             f"--ckpt_path {folder}: a DeepSpeed checkpoint folder without its files ('latest' "
