@@ -91,6 +91,15 @@ class ModularGradientSurgery(Callback):
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         check_task_backward_supported(trainer.strategy, type(self).__name__)
+        if stage == "fit" and getattr(pl_module, "automatic_optimization", True):
+            raise ValueError(
+                f"{type(self).__name__} on {type(pl_module).__name__}, a module with automatic "
+                "optimisation: Lightning's own backward never hands it per-domain gradients, so "
+                "it would do nothing. Fix: use manual optimisation with "
+                "lit_rlhf.training.OptimizerStep(task_of=...) as the step (clipping by its "
+                "max_grad_norm, after the surgery; README: 'Your own LightningModule'), or leave "
+                "the callback out."
+            )
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """Group the trainable parameters now, so an unknown parameter name fails before the

@@ -187,3 +187,25 @@ def test_the_null_control_relabels_prompt_groups_and_the_core_asks_for_it() -> N
     assert again == gradient_task_labels(null, _Trainer(), tasks, groups)  # seeded by step
     with pytest.raises(ValueError, match="granularity must be one of"):
         ModularGradientSurgery(diagnostics=["blocks"])  # type: ignore[list-item]
+
+
+def test_a_module_with_automatic_optimisation_is_refused_at_setup(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    class Automatic(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(()))
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            return self.weight.square()
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = L.Trainer(
+        accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, default_root_dir=tmp_path,
+        callbacks=[ModularGradientSurgery()],
+    )  # fmt: skip
+    data = torch.utils.data.DataLoader(torch.zeros(2, 1), batch_size=1)
+    with pytest.raises(ValueError, match=r"automatic optimisation.*would do nothing"):
+        trainer.fit(Automatic(), data)
