@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
+
 
 def check_compressor_settings(hp: Mapping[str, Any]) -> None:
     """Refuse, before any model loads, a setting that would fail later or silently do nothing."""
@@ -35,11 +37,7 @@ def check_compressor_settings(hp: Mapping[str, Any]) -> None:
             f"compressor_layers must be >= 1 or None (the whole model), got {layers!r}"
         )
     _check_weights(hp["ae_weight"], hp["lm_weight"])
-    if not hp["lr"] > 0 or hp["weight_decay"] < 0:
-        raise ValueError(
-            f"need lr > 0 and weight_decay >= 0; got lr={hp['lr']}, "
-            f"weight_decay={hp['weight_decay']} (a negative lr would ascend the loss)"
-        )
+    refuse_out_of_range(module_setting_rules(hp), hp)
     if hp["micro_batch_size"] < 1:
         raise ValueError(f"micro_batch_size must be >= 1, got {hp['micro_batch_size']}")
     if hp["max_new_tokens"] is not None and hp["max_new_tokens"] < 1:
@@ -95,7 +93,7 @@ def check_data_context(
 
 
 def _check_weights(ae: float, lm: float) -> None:
-    if ae < 0 or lm < 0 or ae + lm == 0:
+    if not (0 <= ae < math.inf and 0 <= lm < math.inf) or ae + lm == 0:
         raise ValueError(
             f"the loss weights must be >= 0 and not both 0; got ae_weight={ae}, lm_weight={lm}. "
             "Fix: ae_weight: 1.0 (reconstruction) and/or lm_weight > 0 (continuation)."

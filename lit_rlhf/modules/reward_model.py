@@ -35,6 +35,7 @@ from lit_rlhf.training import (
 )
 from lit_rlhf.training.export import export_pretrained
 from lit_rlhf.training.precision import check_trainable_precision
+from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 
 
 def chosen_and_rejected(rows: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int]]:
@@ -99,11 +100,7 @@ class RewardModelModule(LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer"])
-        if not lr > 0 or weight_decay < 0 or margin < 0:
-            raise ValueError(
-                f"need lr > 0, weight_decay >= 0 and margin >= 0; got lr={lr}, "
-                f"weight_decay={weight_decay}, margin={margin}"
-            )
+        refuse_out_of_range(module_setting_rules(self.hparams), self.hparams)
         if micro_batch_size < 1 or max_length < 2:
             raise ValueError(
                 f"need micro_batch_size >= 1 and max_length >= 2; got {micro_batch_size}, "

@@ -37,6 +37,7 @@ from lit_rlhf.training import (
     check_trainable_precision,
     export_pretrained,
 )
+from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 
 
 def response_token_nll(model: Any, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
@@ -110,11 +111,7 @@ class SFTModule(LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer"])
-        if not lr > 0 or weight_decay < 0:
-            raise ValueError(
-                f"need lr > 0 and weight_decay >= 0; got lr={lr}, weight_decay={weight_decay}. "
-                "Fix: set model.init_args.lr / weight_decay in that range."
-            )
+        refuse_out_of_range(module_setting_rules(self.hparams), self.hparams)
         if micro_batch_size is not None and micro_batch_size < 1:
             raise ValueError(
                 f"micro_batch_size={micro_batch_size} must be >= 1, or null for the whole batch. "

@@ -123,7 +123,9 @@ def module_setting_rules(hparams: Mapping[str, Any]) -> list[tuple[str, bool, st
     rules = {
         "lr": ("> 0 and finite (a negative lr would ascend the loss)", _positive),
         "critic_lr": ("> 0 and finite", _positive),
-        "weight_decay": (">= 0", lambda v: v >= 0),
+        "weight_decay": (">= 0 and finite", lambda v: 0 <= v < math.inf),
+        "margin": (">= 0 and finite (0: plain Bradley-Terry)", lambda v: 0 <= v < math.inf),
+        "seed": (">= 0", lambda v: v >= 0),
         "kl_coef": (
             ">= 0 (0 = no KL term and no reference model; a negative coefficient would reward "
             "drifting away from the reference)",

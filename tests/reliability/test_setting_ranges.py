@@ -1,0 +1,147 @@
+"""Every numeric setting of every module against its valid range (issue [3/5]): each value
+outside the range is refused when the module is built, before any model loads, naming the
+setting. ``RANGES`` is the table docs/reliability.md shows ("Setting ranges"); a numeric setting
+a module gains without a row here fails ``test_every_numeric_setting_has_a_range``."""
+
+from __future__ import annotations
+
+import math
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lit_rlhf.modules import (
+    CompressorDecoderModule,
+    GenerativeRewardModule,
+    PPOModule,
+    RewardModelModule,
+    SFTModule,
+)
+from lit_rlhf.rewards import CountdownReward
+
+NAN, INF = math.nan, math.inf
+NONE_MODEL = "no/such-model"  # nothing loads while a module is built
+
+# setting -> (valid range as the docs state it, values outside it)
+RANGES: dict[str, tuple[str, list[Any]]] = {
+    "samples_per_prompt": (">= 1 (>= 2 for grpo / rloo)", [0, -1]),
+    "gamma": ("[0, 1]", [-0.1, 1.5, NAN]),
+    "lam": ("[0, 1]", [-0.1, 1.5, NAN]),
+    "ppo_epochs": (">= 1", [0]),
+    "mini_batch_size": (">= 1, or null (the whole rollout)", [0]),
+    "micro_batch_size": (">= 1", [0, -2]),
+    "clip_low": ("(0, 1)", [0.0, 1.0, NAN]),
+    "clip_high": ("> 0", [0.0, -0.2, NAN]),
+    "dual_clip": ("> 1, or null", [1.0, 0.5]),
+    "value_clip": ("> 0, or null", [0.0]),
+    "vf_coef": (">= 0", [-0.5, NAN]),
+    "kl_coef": (">= 0, finite", [-0.1, NAN, INF]),
+    "lr": ("> 0, finite", [0.0, -1e-6, NAN, INF]),
+    "critic_lr": ("> 0, finite", [0.0, -1e-5, NAN]),
+    "weight_decay": (">= 0, finite", [-0.1, NAN]),
+    "max_grad_norm": ("> 0, or null (no clipping)", [0.0, -1.0, NAN]),
+    "lr_warmup_steps": (">= 0", [-1]),
+    "lr_warmup_ratio": ("[0, 1)", [-0.1, 1.0, NAN]),
+    "min_lr_ratio": ("[0, 1]", [-0.1, 1.5, NAN]),
+    "lr_total_steps": (">= 1, or null (from the trainer)", [0, -5]),
+    "val_samples": (">= 1", [0]),
+    "pass_threshold": ("finite", [NAN, INF]),
+    "seed": (">= 0", [-1]),
+    "max_consecutive_skips": (">= 1", [0]),
+    "reward_fallback": ("finite", [NAN, INF]),
+    "eval_samples": (">= 1", [0]),
+    "margin": (">= 0, finite", [-0.5, NAN]),
+    "max_length": (">= 2", [1, 0]),
+    "compressor_layers": (">= 1, or null (the whole model)", [0]),
+    "num_memory_tokens": (">= 1, or null (from compression_rate)", [0]),
+    "compression_rate": (
+        "> 0, and context_tokens / ceil(context_tokens / rate) == rate",
+        [-2.0, 64.0, NAN],
+    ),
+    "context_tokens": (">= 1", [0]),
+    "ae_weight": (">= 0, not both 0 with lm_weight", [-1.0, NAN]),
+    "lm_weight": (">= 0, not both 0 with ae_weight", [-1.0, NAN]),
+    "lora_rank": (">= 0 (0: no LoRA)", [-1]),
+    "lora_alpha": ("> 0 (with lora_rank > 0)", [0]),
+    "lora_dropout": ("[0, 1)", [1.0, -0.1]),
+    "max_new_tokens": (">= 1, or null", [0]),
+}
+
+# what a module needs besides the setting under test, so that only that setting is wrong
+MODULES: dict[type, dict[str, Any]] = {
+    PPOModule: {"reward": CountdownReward(), "model": NONE_MODEL},
+    GenerativeRewardModule: {"model": NONE_MODEL},
+    RewardModelModule: {"model": NONE_MODEL},
+    CompressorDecoderModule: {"compressor": NONE_MODEL, "decoder": NONE_MODEL},
+    SFTModule: {"model": NONE_MODEL},
+}
+# settings whose out-of-range value needs a companion setting to matter
+COMPANIONS: dict[tuple[type, str], dict[str, Any]] = {
+    (CompressorDecoderModule, "compression_rate"): {
+        "num_memory_tokens": None,
+        "context_tokens": 32,
+    },
+    (CompressorDecoderModule, "context_tokens"): {"num_memory_tokens": None, "compression_rate": 8},
+    (CompressorDecoderModule, "lora_alpha"): {"lora_rank": 4},
+    (CompressorDecoderModule, "lora_dropout"): {"lora_rank": 4},
+}
+
+
+def numeric_settings(cls: type) -> list[str]:
+    hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]
+    names = []
+    for name, hint in hints.items():
+        kinds = typing.get_args(hint) or (hint,)
+        if name != "return" and hint is not bool and any(k in (int, float) for k in kinds):
+            names.append(name)
+    return names
+
+
+CASES = [
+    pytest.param(cls, name, bad, id=f"{cls.__name__}-{name}={bad}")
+    for cls in MODULES
+    for name in numeric_settings(cls)
+    for bad in RANGES.get(name, ("", []))[1]
+]
+
+
+def test_every_numeric_setting_has_a_range() -> None:
+    missing = [f"{c.__name__}.{n}" for c in MODULES for n in numeric_settings(c) if n not in RANGES]
+    assert not missing, f"add these settings to RANGES (and docs/reliability.md): {missing}"
+    assert len(CASES) >= 150
+
+
+@pytest.mark.parametrize(("cls", "name", "bad"), CASES)
+def test_a_value_outside_the_range_is_refused_when_built(cls: type, name: str, bad: Any) -> None:
+    kwargs = {**MODULES[cls], **COMPANIONS.get((cls, name), {}), name: bad}
+    with pytest.raises(ValueError, match=name):
+        cls(**kwargs)
+
+
+@pytest.mark.parametrize("cls", list(MODULES))
+def test_the_defaults_are_in_range(cls: type) -> None:
+    cls(**MODULES[cls])
+
+
+def docs_table() -> str:
+    """The markdown table of docs/reliability.md's "Setting ranges" section."""
+    users: dict[str, list[str]] = {}
+    for cls in MODULES:
+        for name in numeric_settings(cls):
+            users.setdefault(name, []).append(cls.__name__.removesuffix("Module"))
+    lines = ["| setting | valid range | modules | refused in the test |", "|---|---|---|---|"]
+    for name, (wanted, bad) in RANGES.items():
+        shown = ", ".join(str(v) for v in bad)
+        lines.append(f"| `{name}` | {wanted} | {', '.join(users.get(name, []))} | {shown} |")
+    return "\n".join(lines)
+
+
+def test_the_docs_show_this_table() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text()
+    assert docs_table() in docs, "regenerate: python -m tests.reliability.test_setting_ranges"
+
+
+if __name__ == "__main__":
+    print(docs_table())
