@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,6 +69,10 @@ class ConsistencyAnswerReward(Callback):
     initial_memory: optional JSONL of ``{"query_id": ..., "labels": [-1, 1, ...]}`` rows that
         seeds the memory: ``scripts/seed_consistrm_memory.py`` writes the starting judge's votes
         (the authors: 8 per query).
+    initial_overflow: a row of ``initial_memory`` with more than ``cap`` labels: ``newest``
+        keeps its last ``cap`` labels (labels are oldest first; warned once, with the number
+        of rows cut), ``evict`` replays the labels through the training-time eviction (drop one
+        entry farthest from the mode per label past the cap), ``error`` refuses the file.
     mode_rule: the memory mode that eviction measures from: ``authors`` (their code: +1 against
         everything else, a tie gives 0) or ``plurality`` (see
         :func:`~lit_rlhf.algos.consistency.memory_mode`).
@@ -92,6 +97,7 @@ class ConsistencyAnswerReward(Callback):
         seed: int = 0,
         mode_rule: ModeRule = "authors",
         use_memory: bool = True,
+        initial_overflow: Literal["newest", "evict", "error"] = "newest",
     ) -> None:
         if not use_memory and initial_memory is not None:
             raise ValueError(
@@ -107,11 +113,15 @@ class ConsistencyAnswerReward(Callback):
             )
         if agree <= disagree:
             raise ValueError(f"agree ({agree}) must be above disagree ({disagree})")
+        if initial_overflow not in ("newest", "evict", "error"):
+            raise ValueError(
+                f"initial_overflow must be 'newest', 'evict' or 'error', got {initial_overflow!r}"
+            )
         if initial_memory is not None and not Path(initial_memory).is_file():
             raise FileNotFoundError(f"initial_memory {initial_memory!r} is not a file")
         self.cap, self.agree, self.disagree, self.unparsable = cap, agree, disagree, unparsable
         self.initial_memory, self.mode_rule = initial_memory, mode_rule
-        self.use_memory = use_memory
+        self.use_memory, self.initial_overflow = use_memory, initial_overflow
         self.format = JudgeFormat(tuple(tags), subject, prefix, suffix)
         self.memory: dict[str, list[int]] = {}
         self.last_pseudo: dict[str, int] = {}
@@ -121,7 +131,13 @@ class ConsistencyAnswerReward(Callback):
     @override
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.initial_memory is not None and not self._seeded and not self.memory:
-            self.memory = read_memory(self.initial_memory, cap=self.cap)
+            self.memory = read_memory(
+                self.initial_memory,
+                cap=self.cap,
+                overflow=self.initial_overflow,
+                mode_rule=self.mode_rule,
+                generator=self.generator,
+            )
         self._seeded = True
 
     def reward_term(
@@ -189,9 +205,18 @@ class ConsistencyAnswerReward(Callback):
         self._seeded = True  # a resumed memory is never overwritten by the seed file
 
 
-def read_memory(path: str, *, cap: int) -> dict[str, list[int]]:
-    """Seed memories from a JSONL of ``{"query_id": str, "labels": [int, ...]}`` rows."""
+def read_memory(
+    path: str,
+    *,
+    cap: int,
+    overflow: str = "newest",
+    mode_rule: ModeRule = "authors",
+    generator: torch.Generator | None = None,
+) -> dict[str, list[int]]:
+    """Seed memories from a JSONL of ``{"query_id": str, "labels": [int, ...]}`` rows; a row
+    over ``cap`` is cut as ``overflow`` says (see ``ConsistencyAnswerReward.initial_overflow``)."""
     memory: dict[str, list[int]] = {}
+    cut = 0
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -204,8 +229,34 @@ def read_memory(path: str, *, cap: int) -> dict[str, list[int]]:
                 )
             if "query_id" not in row:
                 raise ValueError(f"{path} line {number}: missing 'query_id'")
-            memory[str(row["query_id"])] = [int(x) for x in labels][-cap:]
+            if len(labels) > cap and overflow == "error":
+                raise ValueError(
+                    f"{path} line {number}: {len(labels)} labels for query "
+                    f"{row['query_id']!r}, above cap={cap}. Fix: raise cap, shorten the row, or "
+                    "set initial_overflow: newest (keep the last cap) or evict."
+                )
+            cut += len(labels) > cap
+            memory[str(row["query_id"])] = _capped([int(x) for x in labels], cap, overflow,
+                                                   mode_rule, generator)  # fmt: skip
+    if cut and overflow == "newest":
+        warnings.warn(
+            f"{path}: {cut} rows hold more than cap={cap} labels; each keeps its last {cap} "
+            "(initial_overflow: newest)",
+            stacklevel=3,
+        )
     return memory
+
+
+def _capped(
+    labels: list[int], cap: int, overflow: str, mode_rule: ModeRule, generator: Any
+) -> list[int]:
+    if len(labels) <= cap or overflow == "newest":
+        return labels[-cap:]
+    kept: list[int] = []
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    for label in labels:  # as training would have built it, one label at a time
+        kept = update_memory(kept, label, cap=cap, generator=generator, mode_rule=mode_rule)
+    return kept
 
 
 def _all_ranks(updates: list[tuple[str, int]]) -> list[tuple[str, int]]:

@@ -241,3 +241,31 @@ def test_without_memory_the_pseudo_label_is_this_rounds_vote_alone(tmp_path):
     seed.write_text('{"query_id": "q0", "labels": [1]}\n')
     with pytest.raises(ValueError, match="use_memory=False keeps no memory"):
         ConsistencyAnswerReward(use_memory=False, initial_memory=str(seed))
+
+
+def test_an_initial_memory_over_the_cap_is_cut_as_initial_overflow_says(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import warnings
+
+    from lit_rlhf.callbacks.consistency import read_memory
+
+    path = tmp_path / "memory.jsonl"
+    labels = [1] * 5 + [-1] * 20  # oldest first
+    path.write_text(json.dumps({"query_id": "q", "labels": labels}) + "\n")
+    with pytest.warns(
+        UserWarning, match=r"1 rows hold more than cap=20 labels; each keeps its last"
+    ):
+        assert read_memory(str(path), cap=20) == {"q": [-1] * 20}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # evict: no warning, the training-time rule
+        evicted = read_memory(str(path), cap=20, overflow="evict")
+    # each label past the cap first drops one entry farthest from the mode: the +1s go first
+    assert evicted == {"q": [-1] * 20}
+    mixed = [-1] * 19 + [1] * 3  # the mode stays -1: the late +1s evict each other, last one kept
+    path.write_text(json.dumps({"query_id": "q", "labels": mixed}) + "\n")
+    assert read_memory(str(path), cap=20, overflow="evict")["q"] == [-1] * 19 + [1]
+    assert read_memory(str(path), cap=20, overflow="newest")["q"] == [-1] * 17 + [1] * 3
+    with pytest.raises(ValueError, match=r"line 1: 22 labels for query 'q', above cap=20"):
+        read_memory(str(path), cap=20, overflow="error")
+    with pytest.raises(ValueError, match="initial_overflow must be"):
+        ConsistencyAnswerReward(initial_overflow="oldest")  # type: ignore[arg-type]
