@@ -34,9 +34,9 @@ def test_pairs_map_labels_to_chosen_and_refuse_unlabelled() -> None:
 
 
 def test_settings_are_refused_at_construction() -> None:
-    with pytest.raises(ValueError, match="lr > 0"):
+    with pytest.raises(ValueError, match=r"lr=-1e-05 must be > 0 and finite"):
         RewardModelModule(lr=-1e-5)
-    with pytest.raises(ValueError, match="margin >= 0"):
+    with pytest.raises(ValueError, match=r"margin=-1.0 must be >= 0"):
         RewardModelModule(margin=-1.0)
     with pytest.raises(ValueError, match="micro_batch_size >= 1"):
         RewardModelModule(micro_batch_size=0)

@@ -172,8 +172,8 @@ def test_resume_restores_weights_optimizer_and_lr_schedule(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"lr": 0.0}, "need lr > 0"),
-        ({"weight_decay": -0.1}, "weight_decay >= 0"),
+        ({"lr": 0.0}, r"lr=0.0 must be > 0 and finite"),
+        ({"weight_decay": -0.1}, r"weight_decay=-0.1 must be >= 0"),
         ({"micro_batch_size": 0}, "micro_batch_size=0 must be >= 1"),
         ({"max_grad_norm": 0.0}, "max_grad_norm must be > 0"),
         ({"min_lr_ratio": 0.1}, "min_lr_ratio=0.1 .* would do nothing"),
