@@ -28,6 +28,7 @@ _KEY = re.compile(r'^Parser key "([^"]+)":?$')
 _KEY_AND_CAUSE = re.compile(r'^Parser key "([^"]+)": (.+)$')
 _CLASS = re.compile(r"^Problem with given class_path '([^']+)':$")
 _OPTION = re.compile(r"^Option '([^']+)' is not accepted")
+_CONTAINER_MISMATCH = re.compile(r"^- Expected a <class '(list|dict|tuple)'>$")
 
 
 class LitRLHFParser(LightningArgumentParser):
@@ -72,6 +73,8 @@ def _first_branches(lines: list[str]) -> list[str]:
             blocks.pop()
         text = line.strip()
         if blocks and text.startswith("- "):
+            if _CONTAINER_MISMATCH.match(text):
+                continue  # "not a list": a union branch the value was not meant as
             if blocks[-1][1] < 0:
                 blocks[-1][1] = indent  # the first branch
             elif indent == blocks[-1][1]:

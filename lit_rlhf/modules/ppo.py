@@ -115,7 +115,8 @@ class PPOModule(LightningModule):
 
     def __init__(
         self,
-        reward: RewardFunction | Callable[..., Any] | list[RewardFunction | Callable[..., Any]],
+        # the list first: jsonargparse can then write a list of rewards back into config.yaml
+        reward: list[RewardFunction | Callable[..., Any]] | RewardFunction | Callable[..., Any],
         model: str = "builtin:tiny-llama",
         engine: GenerationEngine | None = None,
         tokenizer: Any = None,

@@ -153,3 +153,10 @@ def test_the_cli_takes_a_function_and_a_weighted_list_by_import_path(tmp_path) -
     assert isinstance(two.model.rollouts.reward, WeightedRewards)
     assert two.model.rollouts.reward.weights == [1.0, 0.5]
     assert float(two.trainer.logged_metrics["reward/untyped"]) == 2.0
+    # the run's config.yaml holds the list, so the run can be repeated from it
+    import yaml
+
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())["model"]["init_args"]
+    assert saved["reward"][0] == "tests.rewards.user_rewards.brevity"
+    assert saved["reward"][1]["class_path"] == "tests.rewards.user_rewards.Untyped"
+    assert saved["reward_weights"] == [1.0, 0.5]
