@@ -328,6 +328,9 @@ def plot_curves(paper: Paper, runs: dict[str, dict[int, Figures]], path: Path) -
             hi = [max(by_step[s]) for s in steps]
             ax.fill_between(steps, lo, hi, color=f"C{colour}", alpha=0.15)
         ax.set_title(key, fontsize=9)
+        low, high = ax.get_ylim()
+        if high - low < 1e-3:  # a flat curve reads as flat, not as float rounding zoomed in
+            ax.set_ylim((low + high) / 2 - 0.05, (low + high) / 2 + 0.05)
         ax.set_xlabel(paper.curve_xlabels.get(key, "step"))
         ax.grid(alpha=0.3)
     if axes[0].get_legend_handles_labels()[0]:
