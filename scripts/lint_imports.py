@@ -4,9 +4,10 @@ Command: python scripts/lint_imports.py   (exit 0: every contract kept; 1: the b
 with their import chains, as import-linter prints them)
 
 import-linter (grimp) reads a package from its own folder, and ``lit_rlhf.callbacks`` lives in the
-top-level ``callbacks/`` folder (setuptools' package-dir mapping). So the check runs on a view of
-the package in a temporary folder: ``lit_rlhf/`` whose entries link to the real files and whose
-``callbacks`` links to ``callbacks/``. ``--override OLD=NEW`` puts file NEW in the view at
+top-level ``callbacks/`` folder (setuptools' package-dir mapping); the link ``lit_rlhf/callbacks ->
+../callbacks`` lets a plain ``lint-imports`` in the checkout see it. This script runs the check on
+a view of the package in a temporary folder (``lit_rlhf/`` whose entries link to the real files,
+``callbacks`` to ``callbacks/``), so that ``--override OLD=NEW`` can put file NEW in the view at
 package path OLD (the tests use it to add a deliberate back import without touching the tree).
 """
 
@@ -39,8 +40,8 @@ def _link_tree(source: Path, view: Path, overrides: dict[str, Path], prefix: str
     be swapped), everything else is a symlink."""
     view.mkdir(parents=True, exist_ok=True)
     for entry in sorted(source.iterdir()):
-        if entry.name == "__pycache__":
-            continue
+        if entry.name == "__pycache__" or (prefix == "lit_rlhf" and entry.name == "callbacks"):
+            continue  # lit_rlhf/callbacks (a link to callbacks/) is mirrored from callbacks/
         relative = f"{prefix}/{entry.name}"
         if relative in overrides:
             (view / entry.name).write_bytes(overrides[relative].read_bytes())
