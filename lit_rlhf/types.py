@@ -91,6 +91,9 @@ class Experience:
     ``old_from_update`` is set (one update per rollout and the engine was not asked for them)
     they start as zeros and the update writes its own detached log-probs in, micro-batch by
     micro-batch, so afterwards the experience holds them as if the engine had returned them.
+    ``loss_mask`` leaves whole responses out of the loss (DAPO's overlong filter) while their
+    tokens stay in the forward pass and their scores in the group baselines; ``counted`` is
+    the mask every loss and token count reads.
     """
 
     rollout: Rollout
@@ -99,6 +102,13 @@ class Experience:
     ref_log_probs: Tensor | None = None  # [B, R] frozen reference log-probs (KL on only)
     critic: CriticTargets | None = None  # GAE only
     old_from_update: bool = False
+    loss_mask: Tensor | None = None  # [B] bool, False = the response is left out of the loss
 
     def __len__(self) -> int:
         return len(self.rollout)
+
+    @property
+    def counted(self) -> Tensor:
+        """[B, R] bool: the response tokens the loss counts."""
+        mask = self.rollout.response_mask
+        return mask if self.loss_mask is None else mask & self.loss_mask[:, None]

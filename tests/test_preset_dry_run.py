@@ -39,8 +39,8 @@ The overrides (:data:`OVERRIDES`; the same list is in docs/recipes.md's introduc
 - The HF engine (``HFGenerationEngine``) instead of vLLM, with the same ``temperature``,
   ``top_p`` and ``top_k`` (vLLM's -1 = HF's 0, both off).
 - Capped lengths: ``max_new_tokens`` <= 16, ``max_prompt_length`` <= 768, other ``max_length``
-  <= 1024, ``context_tokens`` <= 64, ``continuation_tokens`` <= 16 (the tiny models have 1,024
-  positions).
+  <= 1024, ``context_tokens`` <= 64, ``continuation_tokens`` <= 16, ``overlong_buffer`` <= 4
+  (the tiny models have 1,024 positions).
 - Small batches: ``data.batch_size`` 1, and ``mini_batch_size`` scaled by the same factor, so
   a rollout still takes as many optimizer steps as the preset's.
 - Run length: ``max_epochs: 1``, ``max_steps: -1``, ``limit_train_batches`` 1 (2 with a warmup),
@@ -166,6 +166,7 @@ def test_vllm_presets_with_several_steps_recompute_old_log_probs():
                 "engine": {"class_path": "lit_rlhf.rollout.VLLMGenerationEngine"},
                 "samples_per_prompt": 8,
                 "mini_batch_size": 512,
+                "mismatch_correction": "none",
             }
         },
         "data": {"init_args": {"batch_size": 512}},
@@ -175,6 +176,8 @@ def test_vllm_presets_with_several_steps_recompute_old_log_probs():
     assert vllm_old_log_probs(config) == []
     config["model"]["init_args"].update(recompute_old_log_probs=False, mini_batch_size=4096)
     assert vllm_old_log_probs(config) == []  # one step: the engine's log-probs are not read
+    config["model"]["init_args"]["mismatch_correction"] = "auto"
+    assert "pins model.init_args.mismatch_correction" in vllm_old_log_probs(config)[0]
 
 
 # ------------------------------------------------------------------ composing
@@ -201,14 +204,20 @@ def vllm_old_log_probs(config: dict[str, Any]) -> list[str]:
     rollout = batch * (args.get("samples_per_prompt") or 1)
     mini = args.get("mini_batch_size") or rollout
     steps = (args.get("ppo_epochs") or 1) * math.ceil(rollout / mini)
-    if not engine.endswith("VLLMGenerationEngine") or steps <= 1:
+    if not engine.endswith("VLLMGenerationEngine"):
         return []
-    if args.get("recompute_old_log_probs") is True:
-        return []
-    return [
-        f"{steps} optimizer steps per rollout with vLLM: set model.init_args."
-        "recompute_old_log_probs: true (the ratio's denominator from the trainer, as verl)"
-    ]
+    problems = []
+    if args.get("mismatch_correction", "auto") == "auto":
+        problems.append(
+            "a vLLM preset pins model.init_args.mismatch_correction (none: the authors' update; "
+            "the default auto turns truncated importance sampling on with vLLM)"
+        )
+    if steps > 1 and args.get("recompute_old_log_probs") is not True:
+        problems.append(
+            f"{steps} optimizer steps per rollout with vLLM: set model.init_args."
+            "recompute_old_log_probs: true (the ratio's denominator from the trainer, as verl)"
+        )
+    return problems
 
 
 # ------------------------------------------------------------------ the overrides
@@ -318,6 +327,7 @@ def cap_lengths(config: dict[str, Any], ctx: Context) -> None:
         _cap(node, "max_length", MAX_LENGTH)
         _cap(node, "context_tokens", MAX_CONTEXT)
         _cap(node, "continuation_tokens", MAX_CONTINUATION)
+        _cap(node, "overlong_buffer", MAX_NEW_TOKENS // 4)  # DAPO's penalty inside the cap
 
 
 def small_batches(config: dict[str, Any], ctx: Context) -> None:
@@ -350,11 +360,15 @@ def run_length(config: dict[str, Any], ctx: Context) -> None:
 
 def standin_total(config: dict[str, Any], ctx: Context) -> None:
     """A schedule that needs a total and derives it from the trainer gets STANDIN_TOTAL (or
-    twice a warmup of more steps than that: a total must leave room after the warmup)."""
+    twice a warmup of more steps than that: a total must leave room after the warmup). A warmup
+    of steps before a constant lr (no total to set) becomes one step: the dry run's two batches
+    could not hold the preset's."""
     args = config["model"]["init_args"]
     needs = args.get("lr_warmup_ratio", 0) > 0 or args.get("lr_schedule", "constant") != "constant"
     if needs and args.get("lr_total_steps") is None:
         args["lr_total_steps"] = max(STANDIN_TOTAL, 2 * int(args.get("lr_warmup_steps", 0)))
+    elif not needs and int(args.get("lr_warmup_steps") or 0) > 1:
+        args["lr_warmup_steps"] = 1
 
 
 Override = Callable[[dict[str, Any], Context], None]

@@ -1,16 +1,26 @@
-"""Pure tensor math of RL fine-tuning: masking, advantages, KL, PPO losses, entropy,
+"""Pure tensor math of RL fine-tuning: masking, advantages (GAE, GRPO, RLOO, REINFORCE++), KL,
+PPO and GSPO losses, DAPO's dynamic-sampling filter and overlong penalty, the importance weights
+that correct for the rollout engine's numerics (TIS and its masked variant), entropy,
 trust-region entropy and the exploration baselines it is compared with; reading a generative
 judge's verdict, ConsistRM's label-free consistency rewards, ReflectRM's reflective vote,
-modular gradient surgery (PCGrad per parameter group), and the warmup + constant / linear /
-cosine schedule of loss coefficients and learning rates.
+modular gradient surgery (PCGrad per parameter group), the offline preference losses (DPO,
+IPO, SimPO), and the warmup + constant / linear / cosine schedule of loss coefficients and
+learning rates.
 
 Depends on torch and the standard library only (no Lightning, no transformers), so it can be
 reused or tested anywhere.
 Mask convention: bool, True = the token counts.
 """
 
-from lit_rlhf.algos.advantages import gae, group_advantages, rloo_advantages, token_level_rewards
+from lit_rlhf.algos.advantages import (
+    gae,
+    group_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    token_level_rewards,
+)
 from lit_rlhf.algos.consistency import answer_rewards, critique_bonus, pseudo_label, update_memory
+from lit_rlhf.algos.dapo import informative_groups, overlong_penalty, truncated_responses
 from lit_rlhf.algos.entropy import entropy_and_top1, entropy_from_logits, token_log_probs
 from lit_rlhf.algos.exploration import forking_token_mask, kl_cov_penalty, kl_cov_selection
 from lit_rlhf.algos.gradient_surgery import (
@@ -31,6 +41,11 @@ from lit_rlhf.algos.judge import (
 )
 from lit_rlhf.algos.kl import AdaptiveKLController, KLEstimator, kl_penalty
 from lit_rlhf.algos.masking import masked_mean, masked_sum, masked_var, masked_whiten
+from lit_rlhf.algos.mismatch import (
+    masked_importance_weights,
+    mismatch_stats,
+    truncated_importance_weights,
+)
 from lit_rlhf.algos.ppo_losses import (
     AggregationMode,
     PolicyLossStats,
@@ -39,7 +54,9 @@ from lit_rlhf.algos.ppo_losses import (
     clipped_policy_loss,
     clipped_value_loss,
     explained_variance,
+    gspo_policy_loss,
 )
+from lit_rlhf.algos.preference import PreferenceRewards, dpo_loss, ipo_loss, simpo_loss
 from lit_rlhf.algos.reflection import confidence, reflective_vote, select_anchor
 from lit_rlhf.algos.schedules import CoefficientSchedule, ScheduleKind
 from lit_rlhf.algos.trust_region import TrustRegionMode, trust_region_entropy, trust_region_mass
@@ -52,6 +69,7 @@ __all__ = [
     "JudgeFormat",
     "KLEstimator",
     "PolicyLossStats",
+    "PreferenceRewards",
     "ScheduleKind",
     "SurgeryStats",
     "TrustRegionMode",
@@ -64,6 +82,7 @@ __all__ = [
     "confidence",
     "critique_bonus",
     "critique_text",
+    "dpo_loss",
     "entropy_and_top1",
     "entropy_from_logits",
     "explained_variance",
@@ -71,25 +90,35 @@ __all__ = [
     "gae",
     "group_advantages",
     "group_parameters",
+    "gspo_policy_loss",
+    "informative_groups",
+    "ipo_loss",
     "judge_format_ok",
     "judge_verdict",
     "kl_cov_penalty",
     "kl_cov_selection",
     "kl_penalty",
+    "masked_importance_weights",
     "masked_mean",
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "mismatch_stats",
+    "overlong_penalty",
     "parse_verdict",
     "project_conflicting",
     "projected_task_gradients",
     "pseudo_label",
     "reflective_vote",
+    "reinforce_pp_advantages",
     "rloo_advantages",
     "select_anchor",
+    "simpo_loss",
     "surgery",
     "token_level_rewards",
     "token_log_probs",
+    "truncated_importance_weights",
+    "truncated_responses",
     "trust_region_entropy",
     "trust_region_mass",
     "update_memory",

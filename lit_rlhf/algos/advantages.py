@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lit_rlhf.algos.masking import masked_whiten
+
 
 def gae(
     rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float, lam: float
@@ -149,3 +151,49 @@ def token_level_rewards(scores: Tensor, response_mask: Tensor) -> Tensor:
     rewards = scores.new_zeros(response_mask.shape)
     placed = torch.where(has_token, scores, torch.zeros_like(scores))
     return rewards.scatter(1, last.unsqueeze(1), placed.unsqueeze(1))
+
+
+def reinforce_pp_advantages(
+    scores: Tensor,
+    mask: Tensor,
+    *,
+    kl: Tensor | None = None,
+    kl_coef: float = 0.0,
+    gamma: float = 1.0,
+    group_ids: Tensor | None = None,
+) -> Tensor:
+    """REINFORCE++ advantages (Hu et al. 2025, arXiv 2501.03262, sec. 3): the return of a
+    token-level reward, normalised over the whole batch.
+
+    The reward of token t is ``r_t = [t is the last counted token] * score - kl_coef * kl_t``
+    (the KL to the reference, per token, in the reward: eq. 3); the advantage is the discounted
+    return ``G_t = sum_{s >= t} gamma^(s-t) r_s`` (eq. 4, no critic), then whitened over every
+    counted token of the batch (mean 0, std 1: the global advantage normalisation of sec. 3.2),
+    which replaces GRPO's per-prompt normalisation. With ``group_ids`` (REINFORCE++-baseline,
+    the same paper's variant for several samples per prompt) each score first has its group's
+    mean subtracted.
+
+    Args:
+        scores: [B] scalar reward per sequence.
+        mask: [B, R] bool, True = the token counts.
+        kl: [B, R] per-token KL estimate of the sampling policy to the reference, or None.
+        kl_coef: its weight in the reward (>= 0).
+        gamma: discount (1 in the paper).
+        group_ids: [B] prompt labels for the baseline variant, or None.
+
+    Returns:
+        [B, R] advantages, 0 outside the mask.
+    """
+    if kl_coef < 0:
+        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    scores = _float_scores(scores)
+    if group_ids is not None:
+        inverse, n_groups = _group_index(group_ids)
+        counts = _group_sum(torch.ones_like(scores), inverse, n_groups)
+        scores = scores - (_group_sum(scores, inverse, n_groups) / counts)[inverse]
+    rewards = token_level_rewards(scores, mask)
+    if kl is not None and kl_coef > 0:
+        rewards = rewards - kl_coef * kl.detach().to(rewards.dtype).masked_fill(~mask, 0.0)
+    # GAE with zero values and lambda 1 is the discounted return-to-go
+    returns, _ = gae(rewards, torch.zeros_like(rewards), mask, gamma=gamma, lam=1.0)
+    return masked_whiten(returns, mask)

@@ -15,7 +15,9 @@ from torch import Tensor
 from lit_rlhf.algos.kl import kl_penalty
 from lit_rlhf.algos.masking import masked_mean, masked_sum, masked_var
 
-AggregationMode = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+AggregationMode = Literal[
+    "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
+]
 
 
 class PolicyLossStats(NamedTuple):
@@ -67,8 +69,60 @@ def clipped_policy_loss(
     """
     _check_policy_clips(clip_low, clip_high, dual_clip)
     old_log_probs, advantages = old_log_probs.detach(), advantages.detach()
-    log_ratio = log_probs - old_log_probs
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp(log_probs - old_log_probs)
+    return _clipped_surrogate(
+        ratio, log_probs, old_log_probs, advantages, mask,
+        clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
+    )  # fmt: skip
+
+
+def gspo_policy_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    dual_clip: float | None = None,
+) -> tuple[Tensor, PolicyLossStats]:
+    """GSPO's sequence-level clipped loss, per token (Zheng et al. 2025, arXiv 2507.18071, eq. 5
+    with the length-normalised sequence ratio of eq. 7, in the token form GSPO-token of sec. 4.3).
+
+    The sequence ratio is the geometric mean of the token ratios over the counted tokens,
+    ``s_i = exp(mean_t (logp_t - logp_old_t))``. Each token carries ``s_i``'s value with its own
+    log-prob's gradient, ``s_it = sg[s_i] * pi_t / sg[pi_t]``, and the PPO surrogate is clipped on
+    that value: the clip keeps or drops a whole sequence. With the same advantage on every token
+    and ``aggregate_loss(mode="seq_mean_token_mean")`` this is exactly the sequence objective:
+    ``grad s_i = s_i * mean_t grad logp_t``. The paper's clip ranges are 3e-4 / 4e-4 (sec. 5.1).
+    A sequence with no counted token has ratio 1 and contributes nothing.
+
+    Args and returns: as :func:`clipped_policy_loss`; ``ratio_mean`` / ``ratio_max`` in the
+    stats are of the sequence ratios (taken per token, so weighted by length).
+    """
+    _check_policy_clips(clip_low, clip_high, dual_clip)
+    old_log_probs, advantages = old_log_probs.detach(), advantages.detach()
+    lengths = mask.sum(dim=-1, keepdim=True).clamp(min=1).to(log_probs.dtype)
+    seq_log_ratio = masked_sum(log_probs.detach() - old_log_probs, mask, dim=-1)[:, None] / lengths
+    ratio = torch.exp(seq_log_ratio + log_probs - log_probs.detach())
+    return _clipped_surrogate(
+        ratio, log_probs, old_log_probs, advantages, mask,
+        clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
+    )  # fmt: skip
+
+
+def _clipped_surrogate(
+    ratio: Tensor,
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None,
+) -> tuple[Tensor, PolicyLossStats]:
+    """The clipped surrogate on a given importance ratio (token or sequence level)."""
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
     loss = torch.maximum(unclipped, clipped)
@@ -173,6 +227,7 @@ def aggregate_loss(
     mode: AggregationMode = "token_mean",
     num_tokens: Tensor | float | None = None,
     num_seqs: float | None = None,
+    norm_length: int | None = None,
 ) -> Tensor:
     """Reduce a per-token loss [B, R] to the scalar that is back-propagated.
 
@@ -182,6 +237,9 @@ def aggregate_loss(
       sequences / ``num_seqs`` (the original GRPO normalisation, arXiv 2402.03300 eq. 3).
     - ``seq_mean_token_sum``: sum over each sequence's counted tokens, then sum over
       sequences / ``num_seqs``.
+    - ``seq_mean_token_sum_norm``: as ``seq_mean_token_sum``, further divided by the constant
+      ``norm_length`` (the maximum response length): Dr. GRPO's normaliser as published (Liu et
+      al. 2025, arXiv 2503.20783, sec. 3.2), which no sample's length changes.
 
     To accumulate micro-batches of one mini-batch exactly, pass the mini-batch's total
     ``num_tokens`` (or ``num_seqs``) to every micro-batch and sum the results. When omitted they
@@ -194,6 +252,7 @@ def aggregate_loss(
         mode: the reduction, see above.
         num_tokens: denominator for ``token_mean``.
         num_seqs: denominator for the ``seq_mean_*`` modes.
+        norm_length: the constant of ``seq_mean_token_sum_norm`` (required there, >= 1).
 
     Returns:
         scalar loss.
@@ -203,14 +262,21 @@ def aggregate_loss(
         if num_tokens is None:
             return total / mask.sum().clamp(min=1).to(total.dtype)
         return total / num_tokens
-    if mode not in ("seq_mean_token_mean", "seq_mean_token_sum"):
+    if mode not in ("seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"):
         raise ValueError(
-            "mode must be 'token_mean', 'seq_mean_token_mean' or 'seq_mean_token_sum', "
-            f"got {mode!r}"
+            "mode must be 'token_mean', 'seq_mean_token_mean', 'seq_mean_token_sum' or "
+            f"'seq_mean_token_sum_norm', got {mode!r}"
         )
     per_seq = masked_sum(per_token, mask, dim=-1)
     if mode == "seq_mean_token_mean":
         per_seq = per_seq / mask.sum(dim=-1).clamp(min=1).to(per_seq.dtype)
+    if mode == "seq_mean_token_sum_norm":
+        if norm_length is None or norm_length < 1:
+            raise ValueError(
+                f"mode='seq_mean_token_sum_norm' divides by a constant length: pass "
+                f"norm_length >= 1 (the maximum response length), got {norm_length}"
+            )
+        per_seq = per_seq / norm_length
     if num_seqs is None:
         return masked_mean(per_seq, mask.any(dim=-1))
     return per_seq.sum() / num_seqs

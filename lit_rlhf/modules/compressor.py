@@ -35,10 +35,10 @@ from lit_rlhf.models.compressor import (
     teacher_forced_logits,
 )
 from lit_rlhf.models.loading import Dtype, load_causal_lm, load_tokenizer
+from lit_rlhf.models.lora import lora_wrap
 from lit_rlhf.modules.compressor_setup import (
     check_compressor_settings,
     check_data_context,
-    lora_wrap,
     memory_tokens,
 )
 from lit_rlhf.rollout.weight_sync import gathered

@@ -98,22 +98,3 @@ def _check_weights(ae: float, lm: float) -> None:
             f"the loss weights must be >= 0 and not both 0; got ae_weight={ae}, lm_weight={lm}. "
             "Fix: ae_weight: 1.0 (reconstruction) and/or lm_weight > 0 (continuation)."
         )
-
-
-def lora_wrap(
-    lm: Any, rank: int, alpha: int, target_modules: str | list[str], *, dropout: float = 0.0
-) -> Any:
-    """``lm`` with peft LoRA adapters of ``rank`` (the base frozen), or ``lm`` itself for 0."""
-    if rank == 0:
-        return lm
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as err:
-        raise ImportError(
-            "lora_rank > 0 needs peft. Fix: pip install 'lit-rlhf[lora]' (or peft), or set "
-            "lora_rank: 0 to train the whole compressor."
-        ) from err
-    config = LoraConfig(
-        r=rank, lora_alpha=alpha, target_modules=target_modules, lora_dropout=dropout
-    )
-    return get_peft_model(lm, config)

@@ -67,6 +67,9 @@ class GenerativeRewardModule(LightningModule):
     recompute_old_log_probs: recompute the rollout's log-probs with the trainer's forward pass
         instead of the engine's (verl always does; set it with vLLM when a rollout gets more
         than one optimizer step, since vLLM's numerics differ from the trainer's).
+    mismatch_correction, mismatch_cap, mismatch_low, mismatch_high: the correction for the
+        engine's log-probs against the trainer's (see ``PPOModule``; ``auto``: truncated
+        importance sampling with vLLM when the trainer's old log-probs exist).
     kl_coef, kl_estimator: KL to the frozen starting judge, in the loss (0: no reference).
     lr, weight_decay, max_grad_norm, dtype, gradient_checkpointing: optimisation (a 16-bit
         ``dtype`` trains only under DeepSpeed's bf16 optimizer; otherwise float32 with
@@ -130,6 +133,10 @@ class GenerativeRewardModule(LightningModule):
         response_suffix: str = "",
         seed: int = 0,
         max_consecutive_skips: int = 5,
+        mismatch_correction: Literal["auto", "none", "tis", "mask"] = "auto",
+        mismatch_cap: float = 2.0,
+        mismatch_low: float = 0.5,
+        mismatch_high: float = 2.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])

@@ -41,8 +41,10 @@ from lit_rlhf.types import Experience, Rollout
 
 
 class PPOModule(LightningModule):
-    """Policy optimisation with a learned critic (``advantage="gae"``) or critic-free group
-    baselines (``"grpo"``, ``"rloo"``).
+    """Policy optimisation with a learned critic (``advantage="gae"``), critic-free group
+    baselines (``"grpo"``, ``"rloo"``) or REINFORCE++'s batch-normalised returns
+    (``"reinforce_pp"``, ``"reinforce_pp_baseline"``); PPO's token ratio or GSPO's sequence
+    ratio (``policy_loss``).
 
     Args:
         model: policy to train: hub id, local folder, or ``builtin:<name>``.
@@ -57,8 +59,15 @@ class PPOModule(LightningModule):
         engine: generation engine; default :class:`HFGenerationEngine` with its defaults.
         tokenizer: a tokenizer object; the CLI links the DataModule's. ``None`` loads ``model``'s.
         samples_per_prompt: G, responses sampled per prompt.
-        advantage: ``gae`` (critic), ``grpo`` (group-normalised), ``rloo`` (leave-one-out).
+        advantage: ``gae`` (critic), ``grpo`` (group-normalised), ``rloo`` (leave-one-out),
+            ``reinforce_pp`` (REINFORCE++, arXiv 2501.03262: the KL to the reference per token
+            in the reward with ``kl_in: reward``, returns whitened over the batch) or
+            ``reinforce_pp_baseline`` (the group mean subtracted first).
         scale_by_std: GRPO divides by the group std (False: mean-centring only, Dr. GRPO).
+        advantage_eps: added to GRPO's group std (TRL uses 1e-4).
+        policy_loss: ``ppo`` (token ratios) or ``gspo`` (one length-normalised ratio per
+            sequence, clipped per sequence, arXiv 2507.18071; needs ``loss_agg:
+            seq_mean_token_mean``; the paper clips at 3e-4 / 4e-4).
         whiten_advantages: whiten GAE advantages over the rollout.
         gamma, lam: GAE discount and trace parameters.
         critic: ``separate`` network or ``value_head`` on the policy trunk (GAE only).
@@ -70,9 +79,14 @@ class PPOModule(LightningModule):
         clip_low, clip_high: ratio clip range [1 - clip_low, 1 + clip_high].
         dual_clip: dual-clip constant c > 1 for negative advantages (None: off).
         value_clip: critic value clip (None: off). vf_coef: weight of the value loss.
-        loss_agg: how per-token losses become one number.
+        loss_agg: how per-token losses become one number: ``token_mean`` (DAPO),
+            ``seq_mean_token_mean`` (GRPO), ``seq_mean_token_sum``, or ``seq_mean_token_sum_norm``
+            (Dr. GRPO as published: token sums over (sequences x ``loss_norm_length``)).
+        loss_norm_length: that constant (None: the engine's ``max_new_tokens``).
         kl_coef: weight of the KL to a frozen reference (0 = no reference model is loaded).
         kl_estimator: k1, k2 or k3. kl_in: ``loss`` (GRPO style) or ``reward`` (InstructGPT style).
+        kl_ratio_correction: multiply the KL-in-loss estimate by ``pi / pi_old`` (unbiased under
+            off-policy samples; TRL's ``use_bias_correction_kl``).
         lr, critic_lr, weight_decay, max_grad_norm: AdamW and clipping settings (one optimizer,
             two param groups, so DeepSpeed accepts it; under DeepSpeed, ``max_grad_norm`` becomes
             its ``gradient_clipping``).
@@ -94,6 +108,21 @@ class PPOModule(LightningModule):
         reference_dtype: the frozen reference's dtype (None: ``dtype``); it may be 16-bit.
         recompute_old_log_probs: recompute rollout log-probs with a forward pass instead of
             trusting the engine's (use with engines whose numerics differ, e.g. vLLM).
+        mismatch_correction: correct the gradient for the engine's log-probs ``mu`` against the
+            trainer's ``pi_old``: ``tis`` weights each token by ``min(pi_old / mu,
+            mismatch_cap)``, ``mask`` drops tokens whose ratio leaves [``mismatch_low``,
+            ``mismatch_high``], ``none``; ``auto``: ``tis`` with an engine of its own numerics
+            (vLLM) when the trainer's old log-probs exist, else ``none``. Logged as
+            ``rollout/mismatch_*`` whenever both log-probs exist.
+        overlong_filter: leave responses cut at ``max_new_tokens`` out of the loss (DAPO).
+        overlong_buffer, overlong_penalty_factor: DAPO's soft overlong punishment: 0 up to
+            ``max_new_tokens - overlong_buffer`` tokens, then down to ``-factor`` at the cap
+            (None: off).
+        dynamic_sampling: DAPO's dynamic sampling: keep only groups whose rewards differ and
+            draw further prompt batches (one per ``training_step``, no update in between) until
+            the update holds one batch's number of groups; logged as
+            ``rollout/informative_groups`` and ``rollout/dynamic_sampling_rounds``.
+        dynamic_sampling_max_rounds: batches drawn in a row without filling that stop the run.
         gradient_checkpointing: trade compute for activation memory.
         val_greedy: greedy decoding for validation pass@1 (else sampled with the engine).
         val_samples: k > 1 also samples k responses per prompt with the engine at validation /
@@ -121,7 +150,7 @@ class PPOModule(LightningModule):
         engine: GenerationEngine | None = None,
         tokenizer: Any = None,
         samples_per_prompt: int = 4,
-        advantage: Literal["gae", "grpo", "rloo"] = "grpo",
+        advantage: Literal["gae", "grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = "grpo",
         scale_by_std: bool = True,
         whiten_advantages: bool = True,
         gamma: float = 1.0,
@@ -136,7 +165,9 @@ class PPOModule(LightningModule):
         dual_clip: float | None = None,
         value_clip: float | None = 0.2,
         vf_coef: float = 0.5,
-        loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean",
+        loss_agg: Literal[
+            "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
+        ] = "token_mean",
         kl_coef: float = 0.0,
         kl_estimator: Literal["k1", "k2", "k3"] = "k3",
         kl_in: Literal["loss", "reward"] = "loss",
@@ -163,6 +194,19 @@ class PPOModule(LightningModule):
         max_consecutive_skips: int = 5,
         reward_weights: list[float] | None = None,
         reward_fallback: float = 0.0,
+        policy_loss: Literal["ppo", "gspo"] = "ppo",
+        advantage_eps: float = 1e-6,
+        loss_norm_length: int | None = None,
+        kl_ratio_correction: bool = False,
+        mismatch_correction: Literal["auto", "none", "tis", "mask"] = "auto",
+        mismatch_cap: float = 2.0,
+        mismatch_low: float = 0.5,
+        mismatch_high: float = 2.0,
+        overlong_filter: bool = False,
+        overlong_buffer: int | None = None,
+        overlong_penalty_factor: float = 1.0,
+        dynamic_sampling: bool = False,
+        dynamic_sampling_max_rounds: int = 10,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
@@ -249,8 +293,12 @@ class PPOModule(LightningModule):
         return torch.optim.AdamW(groups, weight_decay=hp.weight_decay)
 
     # ------------------------------------------------------------- training
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor]:
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor] | None:
         rollout = self.collect_rollout(batch)  # sample G responses per prompt, score them
+        filled = self.rl.filled(self, rollout, len(batch["prompt"]))  # dynamic sampling
+        if filled is None:
+            return None  # not enough groups whose rewards differ yet: draw the next batch
+        rollout = filled
         experience = self.prepare_update(rollout)  # old / reference log-probs, values, advantages
         update_stats = self.optimize(experience)  # ppo_epochs x mini-batches of clipped updates
         self.rollout_step += 1

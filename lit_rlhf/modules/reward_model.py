@@ -22,7 +22,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAccuracy
 
-from lit_rlhf.data.judge_templates import require_label
+from lit_rlhf.data import pair_labels
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
 from lit_rlhf.models.scoring import conversation_text, score_texts
@@ -40,18 +40,10 @@ from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 
 def chosen_and_rejected(rows: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int]]:
     """Per row, the index (1 or 2) of the chosen and of the rejected response; a clear error
-    for a row without a -1 / +1 label."""
-    chosen, rejected = [], []
-    for i, row in enumerate(rows):
-        label = require_label(
-            row,
-            i,
-            user="a reward model (it trains on labelled pairs only)",
-            fix="use a labelled source, and leave PreferencePairs(keep_ties=False).",
-        )
-        chosen.append(1 if label == -1 else 2)
-        rejected.append(2 if label == -1 else 1)
-    return chosen, rejected
+    for a row without a -1 / +1 label (:func:`lit_rlhf.data.pair_labels.chosen_and_rejected`)."""
+    return pair_labels.chosen_and_rejected(
+        rows, user="a reward model (it trains on labelled pairs only)"
+    )
 
 
 class RewardModelModule(LightningModule):

@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from lightning import Callback, LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
 
 from lit_rlhf.data.sft import IGNORE  # the label of an untrained token (torch's ignore_index)
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
+from lit_rlhf.models.likelihood import response_token_nll  # per-token NLL of the labelled tokens
 from lit_rlhf.models.loading import Dtype, load_tokenizer
 from lit_rlhf.training import (
     EpochEndLoaderReset,
@@ -38,21 +38,6 @@ from lit_rlhf.training import (
     export_pretrained,
 )
 from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
-
-
-def response_token_nll(model: Any, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """Per predicted position ``[b, T-1]``: the negative log-likelihood of the next token (0 where
-    it is not trained), whether it is trained, and whether the argmax predicts it."""
-    logits = model(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-    ).logits[:, :-1]
-    targets = batch["labels"][:, 1:]
-    trained = targets != IGNORE
-    nll = F.cross_entropy(
-        logits.float().transpose(1, 2), targets, ignore_index=IGNORE, reduction="none"
-    )
-    hits = (logits.argmax(-1) == targets) & trained
-    return nll, trained, hits
 
 
 def micro_batches(batch: Mapping[str, Tensor], size: int | None) -> list[dict[str, Tensor]]:

@@ -86,7 +86,13 @@ class VLLMGenerationEngine:
         snapshot_device: where the copy used for change detection lives (``None``: next to each
             parameter; ``"cpu"`` saves accelerator memory, e.g. under ZeRO-3).
         llm_kwargs: further ``vllm.LLM`` arguments (e.g. ``tensor_parallel_size``).
+
+    Its log-probs come from vLLM's own kernels (``separate_numerics``), so they differ from the
+    trainer's forward pass: ``PPOModule(mismatch_correction="auto")`` corrects the gradient with
+    truncated importance sampling and logs the gap as ``rollout/mismatch_*``.
     """
+
+    separate_numerics = True
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ from lit_rlhf.algos import (
     group_advantages,
     kl_penalty,
     masked_whiten,
+    reinforce_pp_advantages,
     rloo_advantages,
     token_level_rewards,
 )
@@ -92,7 +93,8 @@ def compute_advantages(
     kl_coef: float,
 ) -> tuple[Tensor, Tensor | None]:
     """(advantages [B, R], returns [B, R] for GAE else None). ``kl_coef`` > 0 here means KL in
-    the reward: per token for GAE, summed per sequence for the group baselines."""
+    the reward: per token for GAE and REINFORCE++, summed per sequence for the group
+    baselines."""
     mask = rollout.response_mask
     kl = None
     if kl_coef > 0 and ref_log_probs is not None:
@@ -111,16 +113,28 @@ def compute_advantages(
             rewards = rewards - kl_coef * kl
         adv, returns = gae(rewards, values, mask, gamma=settings.gamma, lam=settings.lam)
         return (masked_whiten(adv, mask) if settings.whiten_advantages else adv), returns
+    if settings.advantage in ("reinforce_pp", "reinforce_pp_baseline"):
+        baseline = settings.advantage == "reinforce_pp_baseline"
+        adv = reinforce_pp_advantages(
+            rollout.scores, mask, kl=kl, kl_coef=kl_coef, gamma=settings.gamma,
+            group_ids=rollout.group_ids if baseline else None,
+        )  # fmt: skip
+        return adv, None
     scores = rollout.scores if kl is None else rollout.scores - kl_coef * kl.sum(1)
     return _group_advantages(scores, rollout.group_ids, settings)[:, None] * mask, None
 
 
 def _group_advantages(scores: Tensor, group_ids: Tensor, settings: PPOSettings) -> Tensor:
     if settings.advantage == "grpo":
-        return group_advantages(scores, group_ids, scale_by_std=settings.scale_by_std)
+        return group_advantages(
+            scores, group_ids, scale_by_std=settings.scale_by_std, eps=settings.advantage_eps
+        )
     if settings.advantage == "rloo":
         return rloo_advantages(scores, group_ids)
-    raise ValueError(f"unknown advantage {settings.advantage!r}; expected gae, grpo or rloo")
+    raise ValueError(
+        f"unknown advantage {settings.advantage!r}; expected gae, grpo, rloo, reinforce_pp or "
+        "reinforce_pp_baseline"
+    )
 
 
 def experience_stats(experience: Experience) -> dict[str, Tensor]:

@@ -16,8 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_rlhf.algos import overlong_penalty, truncated_responses
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.loading import context_length
+from lit_rlhf.training.dynamic_sampling import DynamicSampler
 from lit_rlhf.training.experience import build_experience, experience_stats
 from lit_rlhf.training.frozen import FrozenModules
 from lit_rlhf.training.lr_schedule import LRScheduleSettings
@@ -69,6 +71,13 @@ class PolicyStep:
         self.shuffle = torch.Generator().manual_seed(seed)
         self.frozen = FrozenModules("ref_policy")
         self.logged_keys: set[str] = set()  # every step metric logged so far
+        self.mismatch = resolve_mismatch(settings, collector.engine)
+        self.sampler = (
+            DynamicSampler(settings.dynamic_sampling_max_rounds)
+            if settings.dynamic_sampling
+            else None
+        )
+        self.norm_length = _norm_length(settings, collector.engine)
 
     def check_data(self, module: Any) -> None:
         """``LightningModule.setup`` (before ``configure_model`` loads any network): the data's
@@ -80,6 +89,13 @@ class PolicyStep:
             self.settings.check_rollout_size(batch_size)
         longest = getattr(data, "longest_prompt", 0)
         new_tokens = getattr(self.collector.engine, "max_new_tokens", None)
+        buffer = self.settings.overlong_buffer
+        if buffer is not None and isinstance(new_tokens, int) and buffer > new_tokens:
+            raise ValueError(
+                f"overlong_buffer={buffer} is longer than the engine's max_new_tokens="
+                f"{new_tokens}: the soft overlong penalty would start before the first token. "
+                "Fix: set overlong_buffer below max_new_tokens (DAPO: 4096 of 20480)."
+            )
         if not (isinstance(longest, int) and longest > 0 and isinstance(new_tokens, int)):
             return
         context = context_length(module.hparams.model)
@@ -93,10 +109,11 @@ class PolicyStep:
             )
 
     def collect(self, module: Any, batch: dict[str, Any]) -> Rollout:
-        """G sampled responses per prompt, scored by the reward and the reward-term callbacks.
-        The engine is asked for the sampled tokens' log-probs only if something reads them."""
+        """G sampled responses per prompt, scored by the reward and the reward-term callbacks
+        (and DAPO's soft overlong penalty when ``overlong_buffer`` is set). The engine is asked
+        for the sampled tokens' log-probs only if something reads them."""
         g = self.settings.samples_per_prompt
-        return self.collector.collect(
+        rollout = self.collector.collect(
             module.policy,
             module.tokenizer,
             batch,
@@ -105,21 +122,46 @@ class PolicyStep:
             trainer=module.trainer,
             module=module,
         )
+        buffer = self.settings.overlong_buffer
+        if buffer is not None:
+            penalty = overlong_penalty(
+                rollout.response_mask.sum(1), max_length=self._max_new_tokens(), buffer=buffer,
+                factor=self.settings.overlong_penalty_factor,
+            ).to(rollout.scores)  # fmt: skip
+            rollout.scores = rollout.scores + penalty
+            rollout.term_stats["rollout/overlong_penalty"] = penalty.mean()
+        return rollout
+
+    def filled(self, module: Any, rollout: Rollout, target: int) -> Rollout | None:
+        """With ``dynamic_sampling``: the update's rollout of exactly ``target`` groups whose
+        rewards differ once the buffer (and every rank's) holds that many, else None (logged:
+        the share of informative groups of this round). Without it: ``rollout`` itself."""
+        if self.sampler is None:
+            return rollout
+        pad_id = getattr(module.tokenizer, "pad_token_id", None) or 0
+        out = self.sampler.add(rollout, target, pad_id)
+        if out is None:
+            stats = {k: v.float() for k, v in self.sampler.last_stats.items()}
+            module.log_dict(stats, on_step=True, batch_size=len(rollout))
+        return out
 
     def needs_sample_log_probs(self, module: Any, n: int) -> bool:
-        """Whether the engine's log-probs are read: with several updates per rollout (the ratio's
-        denominator) or a KL penalty in the reward (computed before the update), unless they are
-        recomputed anyway. With one update and the KL in the loss, the update fills
-        ``experience.old_log_probs`` from its own forward (read by ``rollout/kl``, the KL
-        controller)."""
+        """Whether the engine's log-probs are read: by the mismatch correction, with several
+        updates per rollout (the ratio's denominator) or a KL penalty in the reward (computed
+        before the update), unless they are recomputed anyway. With one update and the KL in
+        the loss, the update fills ``experience.old_log_probs`` from its own forward (read by
+        ``rollout/kl``, the KL controller)."""
+        if self.mismatch != "none":
+            return True
         if self.settings.recompute_old_log_probs:
             return False  # build_experience computes them with the training forward
         kl_in_reward = module.kl_coef > 0 and self.settings.kl_in == "reward"
         return kl_in_reward or not self.settings.single_update(n)
 
     def prepare(self, module: Any, rollout: Rollout) -> Experience:
-        """Old log-probs, reference log-probs, values and advantages for the whole rollout."""
-        return build_experience(
+        """Old log-probs, reference log-probs, values and advantages for the whole rollout;
+        with ``overlong_filter`` the truncated responses are left out of the loss."""
+        experience = build_experience(
             rollout,
             policy=module.policy,
             settings=self.settings,
@@ -129,6 +171,32 @@ class PolicyStep:
             ref_policy=module.ref_policy,
             use_current_as_old=self.settings.single_update(len(rollout)),
         )
+        if self.settings.overlong_filter:
+            experience.loss_mask = ~self.truncated(module, rollout)
+        return experience
+
+    def truncated(self, module: Any, rollout: Rollout) -> Tensor:
+        """[B] bool: responses the engine's ``max_new_tokens`` cut (no end-of-sequence token)."""
+        mask = rollout.response_mask
+        lengths = mask.sum(1)
+        cap = getattr(self.collector.engine, "max_new_tokens", None)
+        if not isinstance(cap, int):
+            return mask[:, -1]  # an engine without a cap: ran to the last column
+        last = rollout.response_ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
+        eos = getattr(module.tokenizer, "eos_token_id", None)
+        eos_ids = torch.as_tensor(-1 if eos is None else eos, device=last.device).reshape(-1)
+        ended = (lengths < cap) | torch.isin(last, eos_ids)
+        return truncated_responses(mask, ended)
+
+    def _max_new_tokens(self) -> int:
+        cap = getattr(self.collector.engine, "max_new_tokens", None)
+        if not isinstance(cap, int):
+            raise ValueError(
+                "overlong_buffer penalises lengths near the engine's max_new_tokens, but the "
+                f"engine {type(self.collector.engine).__name__} has none. Fix: set "
+                "overlong_buffer: null, or use an engine with max_new_tokens."
+            )
+        return cap
 
     def optimize(self, module: Any, experience: Experience) -> dict[str, Tensor]:
         """``ppo_epochs`` passes of clipped updates over mini-batches of the experience; the
@@ -144,6 +212,8 @@ class PolicyStep:
             loss_terms=partial(policy_loss_terms, module.trainer, module),
             use_current_as_old=self.settings.single_update(len(experience)),
             step=module.rollout_step,
+            mismatch=self.mismatch,
+            norm_length=self.norm_length,
         )
         return update.run(
             module,
@@ -160,6 +230,11 @@ class PolicyStep:
         callbacks read (``reward``, and ``kl`` with ``num_sequences`` for the adaptive KL)."""
         n = len(experience)
         stats = {**rollout_stats(experience.rollout), **experience_stats(experience)}
+        if self.sampler is not None:
+            stats.update(self.sampler.last_stats)
+        stats["rollout/truncated"] = self.truncated(module, experience.rollout).float().mean()
+        if experience.loss_mask is not None:
+            stats["rollout/overlong_filtered"] = (~experience.loss_mask).float().mean()
         stats.update(update_stats)
         stats["rollout/step"] = torch.tensor(float(module.rollout_step))
         stats["ppo/kl_coef"] = torch.tensor(float(module.kl_coef))
@@ -189,6 +264,8 @@ class PolicyStep:
             "shuffle_rng": self.shuffle.get_state(),
             "optimizer_step": self.step_optimizer.state_dict(),
         }
+        if self.sampler is not None:  # the groups gathered since the last update
+            checkpoint["lit_rlhf"]["dynamic_sampling"] = self.sampler.state_dict()
         reward_state = getattr(self.collector.reward, "state_dict", None)
         if callable(reward_state):  # a stateful reward (e.g. ScalarRMReward's running mean)
             checkpoint["lit_rlhf"]["reward"] = reward_state()
@@ -206,6 +283,8 @@ class PolicyStep:
         if "shuffle_rng" in state:
             self.shuffle.set_state(state["shuffle_rng"])
         self.step_optimizer.load_state_dict(state.get("optimizer_step", {}))
+        if self.sampler is not None and "dynamic_sampling" in state:
+            self.sampler.load_state_dict(state["dynamic_sampling"])
         restore = getattr(self.collector.reward, "load_state_dict", None)
         if "reward" in state and callable(restore):
             restore(state["reward"])
@@ -216,3 +295,29 @@ class PolicyStep:
         close = getattr(self.collector.engine, "close", None)
         if callable(close):
             close()
+
+
+def resolve_mismatch(settings: PPOSettings, engine: Any) -> str:
+    """``mismatch_correction`` for this engine: ``auto`` is ``tis`` for an engine whose
+    log-probs come from its own kernels (``separate_numerics``, e.g. vLLM) when the trainer's
+    old log-probs exist (one update per rollout, or ``recompute_old_log_probs``), else
+    ``none``."""
+    chosen = settings.mismatch_correction
+    if chosen != "auto":
+        return chosen
+    separate = bool(getattr(engine, "separate_numerics", False))
+    return "tis" if separate and settings.trainer_old_log_probs else "none"
+
+
+def _norm_length(settings: PPOSettings, engine: Any) -> int | None:
+    """The constant of ``loss_agg: seq_mean_token_sum_norm``: ``loss_norm_length``, else the
+    engine's ``max_new_tokens``."""
+    if settings.loss_agg != "seq_mean_token_sum_norm":
+        return None
+    length = settings.loss_norm_length or getattr(engine, "max_new_tokens", None)
+    if not isinstance(length, int):
+        raise ValueError(
+            "loss_agg='seq_mean_token_sum_norm' divides by the maximum response length, but the "
+            f"engine {type(engine).__name__} has no max_new_tokens. Fix: set loss_norm_length."
+        )
+    return length

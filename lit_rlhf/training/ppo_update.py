@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -22,8 +23,12 @@ from lit_rlhf.algos import (
     aggregate_loss,
     clipped_policy_loss,
     clipped_value_loss,
+    gspo_policy_loss,
     kl_penalty,
+    masked_importance_weights,
     masked_mean,
+    mismatch_stats,
+    truncated_importance_weights,
 )
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
@@ -71,6 +76,13 @@ class PPOUpdate:
         use_current_as_old: the current policy's detached log-probs are the old ones (valid when
             the experience gets exactly one update, before which the weights did not change).
         step: the rollout step this update belongs to.
+        mismatch: the correction for the engine's log-probs (``settings.mismatch_correction``
+            resolved for the engine): ``tis`` weights each token's policy loss by
+            ``min(pi_old / mu, mismatch_cap)``, ``mask`` drops the tokens whose ratio leaves
+            ``[mismatch_low, mismatch_high]``, ``none`` leaves it; whenever the rollout holds the
+            engine's log-probs the mismatch is logged (``rollout/mismatch_*``).
+        norm_length: the constant of ``loss_agg: seq_mean_token_sum_norm`` (the settings'
+            ``loss_norm_length``, else the engine's ``max_new_tokens``).
     """
 
     def __init__(
@@ -85,8 +97,11 @@ class PPOUpdate:
         loss_terms: LossTerms = no_loss_terms,
         use_current_as_old: bool = False,
         step: int = 0,
+        mismatch: str = "none",
+        norm_length: int | None = None,
     ) -> None:
         self.policy, self.critic, self.settings = policy, critic, settings
+        self.mismatch, self.norm_length = mismatch, norm_length
         self.experience = experience
         self.temperature, self.kl_coef = temperature, kl_coef
         self.loss_terms = loss_terms
@@ -135,7 +150,7 @@ class PPOUpdate:
         """The micro-batches of the mini-batch ``index`` [b] (rows of the experience); with
         ``by_task`` each holds rows of one task (the rollout's ``tasks``) for a per-task
         gradient callback (MGS). The token-mean denominator stays the whole mini-batch's."""
-        mask = self.experience.rollout.response_mask[index]
+        mask = self.experience.counted[index]
         n_tokens = mask.sum().clamp(min=1)
         size = self.settings.micro_batch_size
         if not by_task:
@@ -156,32 +171,24 @@ class PPOUpdate:
         exp, s, micro = self.experience, self.settings, mb.rows
         ro = exp.rollout
         pcols, rcols = trim_columns(ro.prompt_mask[micro], ro.response_mask[micro])
-        r_ids, mask = ro.response_ids[micro][:, rcols], ro.response_mask[micro][:, rcols]
+        r_ids, attn_r = ro.response_ids[micro][:, rcols], ro.response_mask[micro][:, rcols]
+        mask = exp.counted[micro][:, rcols]
         ids = torch.cat([ro.prompt_ids[micro][:, pcols], r_ids], dim=1)
-        attn = torch.cat([ro.prompt_mask[micro][:, pcols], mask], dim=1)
+        attn = torch.cat([ro.prompt_mask[micro][:, pcols], attn_r], dim=1)
         value_head = self.critic is not None and s.critic == "value_head"
         fwd = forward_response(
             self.policy, ids, attn, r_ids, temperature=self.temperature, with_hidden=value_head
         )
         adv = exp.advantages[micro][:, rcols]
-        old = self._old_log_probs(fwd.log_probs, micro, rcols, mask)
-        pg, pg_stats = clipped_policy_loss(
-            fwd.log_probs,
-            old,
-            adv,
-            mask,
-            clip_low=s.clip_low,
-            clip_high=s.clip_high,
-            dual_clip=s.dual_clip,
-        )
-        kl = self._kl_loss(fwd.log_probs, micro, rcols, mask)
+        old = self._old_log_probs(fwd.log_probs, micro, rcols, attn_r)
+        pg = self._policy_loss(fwd.log_probs, old, adv, mask, micro, rcols)
+        kl = self._kl_loss(fwd.log_probs, old, micro, rcols, mask)
         per_token = pg if kl is None else pg + kl
         ctx = PolicyLossContext(fwd.logits, fwd.log_probs, old, adv, mask, pg)
         extra, extra_stats = self.loss_terms(ctx)
-        loss = aggregate_loss(
-            per_token + extra, mask, mode=s.loss_agg, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs
-        )
-        self._record("ppo/policy_loss", aggregate_loss(pg, mask, mode=s.loss_agg))
+        agg = partial(aggregate_loss, mode=s.loss_agg, norm_length=self.norm_length)
+        loss = agg(per_token + extra, mask, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs)
+        self._record("ppo/policy_loss", agg(pg, mask))
         if self.critic is not None:
             values = (
                 self.critic(fwd.hidden).float()
@@ -190,9 +197,40 @@ class PPOUpdate:
             )
             loss = loss + self._value_loss(values, micro, rcols, mask, mb)
         self._record("ppo/entropy", ctx.full_vocab_means()["entropy"])
-        self.add({f"ppo/{k}": v for k, v in pg_stats._asdict().items()})
         self.add(extra_stats)
         return loss
+
+    def _policy_loss(
+        self, log_probs: Tensor, old: Tensor, adv: Tensor, mask: Tensor, micro: Tensor,
+        rcols: slice,
+    ) -> Tensor:  # fmt: skip
+        """The clipped surrogate per token (PPO's token ratio or GSPO's sequence ratio), weighted
+        by the mismatch correction's importance weights."""
+        s = self.settings
+        surrogate = gspo_policy_loss if s.policy_loss == "gspo" else clipped_policy_loss
+        pg, stats = surrogate(
+            log_probs, old, adv, mask,
+            clip_low=s.clip_low, clip_high=s.clip_high, dual_clip=s.dual_clip,
+        )  # fmt: skip
+        self.add({f"ppo/{k}": v for k, v in stats._asdict().items()})
+        engine = self.experience.rollout.sample_log_probs
+        if engine is None or not (self.use_current_as_old or s.recompute_old_log_probs):
+            return pg  # no second source of log-probs to compare with
+        engine = engine[micro][:, rcols]
+        stats_mm = mismatch_stats(old, engine, mask)
+        self.add({f"rollout/mismatch_{k}": v for k, v in stats_mm.items()})
+        if self.mismatch == "tis":
+            weights = truncated_importance_weights(old, engine, cap=s.mismatch_cap)
+            capped = (torch.exp(old.detach() - engine) > s.mismatch_cap).float()
+            self._record("rollout/mismatch_capped_fraction", masked_mean(capped, mask))
+        elif self.mismatch == "mask":
+            weights = masked_importance_weights(
+                old, engine, mask, low=s.mismatch_low, high=s.mismatch_high
+            )
+            self._record("rollout/mismatch_masked_fraction", masked_mean(1 - weights, mask))
+        else:
+            return pg
+        return pg * weights.to(pg.dtype)
 
     def _old_log_probs(self, current: Tensor, micro: Tensor, rcols: slice, mask: Tensor) -> Tensor:
         exp = self.experience
@@ -204,13 +242,18 @@ class PPOUpdate:
         return old
 
     def _kl_loss(
-        self, log_probs: Tensor, micro: Tensor, rcols: slice, mask: Tensor
+        self, log_probs: Tensor, old: Tensor, micro: Tensor, rcols: slice, mask: Tensor
     ) -> Tensor | None:
-        """The weighted per-token KL term, or None when the KL is not in the loss."""
+        """The weighted per-token KL term, or None when the KL is not in the loss. With
+        ``kl_ratio_correction`` the estimate is multiplied by the ratio ``pi / pi_old``, which
+        makes the k3 estimate unbiased for samples drawn from ``pi_old`` (DeepSeek-V3.2, arXiv
+        2512.02556; TRL's ``use_bias_correction_kl``)."""
         ref = self.experience.ref_log_probs
         if not (self.kl_coef > 0 and self.settings.kl_in == "loss" and ref is not None):
             return None
         kl = kl_penalty(log_probs, ref[micro][:, rcols], estimator=self.settings.kl_estimator)
+        if self.settings.kl_ratio_correction:
+            kl = kl * torch.exp(log_probs - old.detach())
         self._record("ppo/kl_loss", masked_mean(kl, mask))
         return self.kl_coef * kl
 
@@ -227,11 +270,15 @@ class PPOUpdate:
             mask,
             clip=s.value_clip,
         )
-        self._record("ppo/value_loss", aggregate_loss(v_loss, mask, mode=s.loss_agg))
+        self._record(
+            "ppo/value_loss",
+            aggregate_loss(v_loss, mask, mode=s.loss_agg, norm_length=self.norm_length),
+        )
         self.add({f"critic/{k}": v for k, v in v_stats._asdict().items()})
         return s.vf_coef * aggregate_loss(
-            v_loss, mask, mode=s.loss_agg, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs
-        )
+            v_loss, mask, mode=s.loss_agg, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs,
+            norm_length=self.norm_length,
+        )  # fmt: skip
 
     def _record(self, key: str, value: Tensor) -> None:
         self.stats[key].append(value.detach().float())
@@ -243,8 +290,14 @@ class PPOUpdate:
 
     def means(self) -> dict[str, Tensor]:
         """Each diagnostic's mean over the update; a cumulative count and the lr their latest
-        value."""
-        return {
-            k: v[-1] if k in (SKIPPED_STEPS_KEY, LR_KEY) else torch.stack(v).mean()
-            for k, v in self.stats.items()
-        }
+        value; the mismatch's extreme ratios their extremes."""
+        out = {}
+        for k, v in self.stats.items():
+            if k in (SKIPPED_STEPS_KEY, LR_KEY):
+                out[k] = v[-1]
+            elif k.startswith("rollout/mismatch_ratio_"):
+                stacked = torch.stack(v)
+                out[k] = stacked.max() if k.endswith("_max") else stacked.min()
+            else:
+                out[k] = torch.stack(v).mean()
+        return out

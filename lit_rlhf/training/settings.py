@@ -13,9 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-Advantage = Literal["gae", "grpo", "rloo"]
+Advantage = Literal["gae", "grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
+PolicyLoss = Literal["ppo", "gspo"]
+MismatchCorrection = Literal["auto", "none", "tis", "mask"]
 CriticKind = Literal["separate", "value_head"]
-LossAggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+LossAggregation = Literal[
+    "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
+]
 Estimator = Literal["k1", "k2", "k3"]
 KLPlacement = Literal["loss", "reward"]
 
@@ -44,6 +48,19 @@ class PPOSettings:
     kl_estimator: Estimator = "k3"
     kl_in: KLPlacement = "loss"
     recompute_old_log_probs: bool = False
+    policy_loss: PolicyLoss = "ppo"
+    advantage_eps: float = 1e-6
+    loss_norm_length: int | None = None
+    kl_ratio_correction: bool = False
+    mismatch_correction: MismatchCorrection = "auto"
+    mismatch_cap: float = 2.0
+    mismatch_low: float = 0.5
+    mismatch_high: float = 2.0
+    overlong_filter: bool = False
+    overlong_buffer: int | None = None
+    overlong_penalty_factor: float = 1.0
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_rounds: int = 10
 
     def __post_init__(self) -> None:
         self._check_literals()
@@ -73,11 +90,46 @@ class PPOSettings:
             ("vf_coef", self.vf_coef >= 0, ">= 0"),
             ("gamma", 0 <= self.gamma <= 1, "in [0, 1]"),
             ("lam", 0 <= self.lam <= 1, "in [0, 1]"),
+            ("advantage_eps", 0 <= self.advantage_eps < math.inf, ">= 0 and finite"),
+            ("loss_norm_length", self.loss_norm_length is None or self.loss_norm_length >= 1,
+             ">= 1 (the constant of seq_mean_token_sum_norm), or null for max_new_tokens"),
+            ("mismatch_cap", 1 <= self.mismatch_cap < math.inf,
+             ">= 1 and finite (a cap below 1 would shrink every on-policy token's weight)"),
+            ("mismatch_low", 0 <= self.mismatch_low < 1, "in [0, 1)"),
+            ("mismatch_high", 1 < self.mismatch_high < math.inf, "> 1 and finite"),
+            ("overlong_buffer", self.overlong_buffer is None or self.overlong_buffer >= 1,
+             ">= 1 token, or null (no soft overlong penalty)"),
+            ("overlong_penalty_factor", 0 <= self.overlong_penalty_factor < math.inf,
+             ">= 0 and finite"),
+            ("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds >= 1,
+             ">= 1 (prompt batches drawn in a row for one update)"),
         ]  # fmt: skip
         for name, ok, wanted in rules:
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be {wanted}")
-        if self.advantage != "gae" and self.samples_per_prompt < 2:
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        if self.policy_loss == "gspo" and self.loss_agg != "seq_mean_token_mean":
+            raise ValueError(
+                f"policy_loss='gspo' optimises one ratio per sequence, averaged over sequences "
+                f"(arXiv 2507.18071 eq. 5), but loss_agg={self.loss_agg!r} weighs sequences by "
+                "their length. Fix: set loss_agg: seq_mean_token_mean."
+            )
+        if self.mismatch_correction in ("tis", "mask") and not self.trainer_old_log_probs:
+            raise ValueError(
+                f"mismatch_correction={self.mismatch_correction!r} compares the engine's "
+                "log-probs with the trainer's, but with several updates per rollout the "
+                "trainer's old log-probs are not computed. Fix: set recompute_old_log_probs: "
+                "true (or one update per rollout: ppo_epochs 1, mini_batch_size null)."
+            )
+        if self.dynamic_sampling and self.samples_per_prompt < 2:
+            raise ValueError(
+                "dynamic_sampling keeps groups whose rewards differ, and a group of "
+                "samples_per_prompt=1 never differs. Fix: samples_per_prompt >= 2."
+            )
+        single = self.advantage in ("gae", "reinforce_pp")
+        if not single and self.samples_per_prompt < 2:
             raise ValueError(
                 f"advantage={self.advantage!r} compares samples of the same prompt: set "
                 "samples_per_prompt >= 2, or use advantage='gae' with a critic"
@@ -104,6 +156,13 @@ class PPOSettings:
             f"to a divisor of {n} (e.g. {divisors[-1] if divisors else n}), or null for one "
             "step per rollout, or change data.init_args.batch_size."
         )
+
+    @property
+    def trainer_old_log_probs(self) -> bool:
+        """Whether the update's old log-probs come from the trainer's own forward (recomputed,
+        or the current policy's when every rollout gets exactly one update)."""
+        one_update = self.ppo_epochs == 1 and self.mini_batch_size is None
+        return self.recompute_old_log_probs or one_update
 
     def update_size(self, n: int) -> int:
         """Sequences per optimizer step for a rollout of ``n`` sequences."""

@@ -330,16 +330,23 @@ def _pair_source(path: Path) -> Any:
 
 
 def judge_module(
-    model: str, *, samples: int, seed: int, max_new_tokens: int, reflective: bool = True
+    model: str,
+    *,
+    samples: int,
+    seed: int,
+    max_new_tokens: int,
+    reflective: bool = True,
+    temperature: float = 1.0,
 ) -> Any:
     """A ``GenerativeRewardModule`` reading this format, judging by reflective-of-``samples``
     (or majority-of-``samples`` when not ``reflective``; ``samples == 1``: one greedy
-    judgment)."""
+    judgment); samples are drawn at ``temperature``."""
     from lit_rlhf.modules import GenerativeRewardModule
     from lit_rlhf.rollout.hf import HFGenerationEngine
 
+    engine = HFGenerationEngine(max_new_tokens=max_new_tokens, temperature=temperature)
     return GenerativeRewardModule(
-        model=model, engine=HFGenerationEngine(max_new_tokens=max_new_tokens, temperature=1.0),
+        model=model, engine=engine,
         eval_samples=samples,
         inference="single" if samples == 1 else "reflective" if reflective else "majority",
         critique_template=CRITIQUE_TEMPLATE, tags=TAGS, seed=seed,
@@ -348,7 +355,7 @@ def judge_module(
 
 def predict_pool(
     model: str, pairs_path: Path, *, samples: int, seed: int, max_new_tokens: int,
-    batch_size: int, reflective: bool = True,
+    batch_size: int, reflective: bool = True, temperature: float = 1.0,
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:  # fmt: skip
     """Every row of the pool (each pair in both orders) judged in-process: the predictions
     (``query_id``, ``votes``, ``verdict``, ``anchor``) and the rows by query id."""
@@ -361,7 +368,7 @@ def predict_pool(
     dm = PromptDataModule(tokenizer=model, train=source, test=source, batch_size=batch_size,
                           shuffle=False)  # fmt: skip
     module = judge_module(model, samples=samples, seed=seed, max_new_tokens=max_new_tokens,
-                          reflective=reflective)  # fmt: skip
+                          reflective=reflective, temperature=temperature)  # fmt: skip
     L.seed_everything(seed, verbose=False)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                         enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
@@ -435,7 +442,8 @@ def grpo_config(
             "mode": mode, "model": model, "tags": list(TAGS),
             "critique_template": CRITIQUE_TEMPLATE,
             "engine": {"class_path": "lit_rlhf.rollout.HFGenerationEngine", "init_args": {
-                "max_new_tokens": settings["max_new_tokens"], "temperature": 1.0}},
+                "max_new_tokens": settings["max_new_tokens"],
+                "temperature": settings.get("temperature", 1.0)}},
             "samples_per_prompt": settings["samples_per_prompt"],
             "micro_batch_size": settings["micro_batch_size"], "lr": settings["lr"],
             "kl_coef": settings["kl_coef"], "seed": seed}},

@@ -14,6 +14,7 @@ import pytest
 
 from lit_rlhf.modules import (
     CompressorDecoderModule,
+    DPOModule,
     GenerativeRewardModule,
     PPOModule,
     RewardModelModule,
@@ -51,6 +52,14 @@ RANGES: dict[str, tuple[str, list[Any]]] = {
     "seed": (">= 0", [-1]),
     "max_consecutive_skips": (">= 1", [0]),
     "reward_fallback": ("finite", [NAN, INF]),
+    "advantage_eps": (">= 0, finite", [-1e-6, NAN, INF]),
+    "loss_norm_length": (">= 1, or null (max_new_tokens)", [0, -4]),
+    "mismatch_cap": (">= 1, finite", [0.5, NAN, INF]),
+    "mismatch_low": ("[0, 1)", [-0.1, 1.0, NAN]),
+    "mismatch_high": ("> 1, finite", [1.0, 0.5, NAN, INF]),
+    "overlong_buffer": (">= 1 token, or null (no soft penalty)", [0, -3]),
+    "overlong_penalty_factor": (">= 0, finite", [-1.0, NAN, INF]),
+    "dynamic_sampling_max_rounds": (">= 1", [0, -1]),
     "eval_samples": (">= 1", [0]),
     "margin": (">= 0, finite", [-0.5, NAN]),
     "max_length": (">= 2", [1, 0]),
@@ -67,6 +76,9 @@ RANGES: dict[str, tuple[str, list[Any]]] = {
     "lora_alpha": ("> 0 (with lora_rank > 0)", [0]),
     "lora_dropout": ("[0, 1)", [1.0, -0.1]),
     "max_new_tokens": (">= 1, or null", [0]),
+    "beta": ("> 0, finite", [0.0, -0.1, NAN, INF]),
+    "label_smoothing": ("[0, 0.5)", [0.5, -0.1, NAN]),
+    "simpo_gamma": (">= 0, finite", [-0.5, NAN, INF]),
 }
 
 # what a module needs besides the setting under test, so that only that setting is wrong
@@ -76,6 +88,7 @@ MODULES: dict[type, dict[str, Any]] = {
     RewardModelModule: {"model": NONE_MODEL},
     CompressorDecoderModule: {"compressor": NONE_MODEL, "decoder": NONE_MODEL},
     SFTModule: {"model": NONE_MODEL},
+    DPOModule: {"model": NONE_MODEL},
 }
 # settings whose out-of-range value needs a companion setting to matter
 COMPANIONS: dict[tuple[type, str], dict[str, Any]] = {
@@ -86,6 +99,7 @@ COMPANIONS: dict[tuple[type, str], dict[str, Any]] = {
     (CompressorDecoderModule, "context_tokens"): {"num_memory_tokens": None, "compression_rate": 8},
     (CompressorDecoderModule, "lora_alpha"): {"lora_rank": 4},
     (CompressorDecoderModule, "lora_dropout"): {"lora_rank": 4},
+    (DPOModule, "lora_alpha"): {"lora_rank": 4},
 }
 
 

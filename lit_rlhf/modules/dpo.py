@@ -1,0 +1,398 @@
+"""Offline preference optimisation of a causal LM on labelled pairs, with no generation and no
+reward model: sigmoid DPO (Rafailov et al. 2023, arXiv 2305.18290), IPO (Azar et al. 2023,
+arXiv 2310.12036) and the reference-free SimPO (Meng et al. 2024, arXiv 2405.14734), chosen by
+one ``loss`` switch; the losses are the pure functions of :mod:`lit_rlhf.algos.preference`.
+
+It reads the same pair rows as :class:`~lit_rlhf.modules.RewardModelModule` (``query``,
+``response_1``, ``response_2``, ``label``: -1 = response 1 better, +1 = response 2 better) from
+the shared :class:`~lit_rlhf.data.PromptDataModule`; a tie or an unlabelled row is refused.
+Each (query, response) is encoded as :class:`~lit_rlhf.data.SFTDataModule` encodes a
+prompt/response row (the query through the chat template with the assistant turn opened, then
+the response's tokens and EOS), and ``log pi(y | x)`` is the sum of the log-probs of those
+response tokens, EOS included. IPO and SimPO use it averaged over the response's tokens.
+
+The reference is the starting model, frozen (``reference_model``; default ``model``, in
+``reference_dtype``); under LoRA it is the same network with its adapters switched off, so no
+second copy is loaded; SimPO loads none. The DPO paper's reference is the SFT model: pass the
+SFT-trained model as ``model`` (the default reference follows it).
+
+One optimizer step per batch through the shared :class:`~lit_rlhf.training.OptimizerStep`:
+micro-batches of ``micro_batch_size`` pairs, each adding its summed pair losses over the
+batch's pair count, so the accumulated gradient is that of the batch mean.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple, cast, get_args
+
+import torch
+from lightning import Callback, LightningModule
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+
+from lit_rlhf.algos import PreferenceRewards, dpo_loss, ipo_loss, simpo_loss
+from lit_rlhf.data.pair_labels import chosen_and_rejected
+from lit_rlhf.data.sft import LongPromptError, SFTEncoder, collate_sft
+from lit_rlhf.models import load_causal_lm
+from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
+from lit_rlhf.models.likelihood import response_log_probs
+from lit_rlhf.models.loading import Dtype, load_tokenizer
+from lit_rlhf.models.lora import lora_wrap, merged_copy
+from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
+from lit_rlhf.training import (
+    EpochEndLoaderReset,
+    FrozenModules,
+    GlobalRNGState,
+    LRScheduleSettings,
+    OptimizerStep,
+    build_policy_networks,
+    check_trainable_precision,
+    export_pretrained,
+    freeze,
+)
+from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
+
+PreferenceLoss = Literal["sigmoid", "ipo", "simpo"]
+PAIR_STATS = (
+    "loss",
+    "reward_accuracy",
+    "reward_margin",
+    "chosen_reward",
+    "rejected_reward",
+    "logps_chosen",
+    "logps_rejected",
+)  # logged as <stage>/<name>, each the mean over the stage's pairs
+_USER = "DPO (it trains on labelled pairs only)"
+
+
+class PairLogps(NamedTuple):
+    """Sequence log-probs of the two responses of ``b`` pairs."""
+
+    chosen: Tensor  # [b] log pi(y_w | x): the response tokens' log-probs summed
+    rejected: Tensor  # [b] log pi(y_l | x)
+    chosen_tokens: Tensor  # [b] |y_w| in tokens (EOS included)
+    rejected_tokens: Tensor  # [b] |y_l|
+
+    @classmethod
+    def split(cls, sums: Tensor, counts: Tensor) -> PairLogps:
+        """From ``[2b]`` per-sequence sums and counts, chosen responses first."""
+        b = sums.shape[0] // 2
+        return cls(sums[:b], sums[b:], counts[:b], counts[b:])
+
+    def averaged(self) -> tuple[Tensor, Tensor]:
+        """``log pi(y) / |y|`` of the chosen and of the rejected responses ``[b]``."""
+        return self.chosen / self.chosen_tokens, self.rejected / self.rejected_tokens
+
+
+def pair_stats(losses: Tensor, rewards: PreferenceRewards, policy: PairLogps) -> dict[str, Tensor]:
+    """The per-pair values ``[b]`` behind :data:`PAIR_STATS`, detached."""
+    margin = rewards.chosen - rewards.rejected
+    values = (
+        losses.detach(),
+        (margin > 0).float(),  # a tie counts as wrong
+        margin,
+        rewards.chosen,
+        rewards.rejected,
+        policy.chosen.detach(),
+        policy.rejected.detach(),
+    )
+    return dict(zip(PAIR_STATS, values, strict=True))
+
+
+class DPOModule(LightningModule):
+    """Args:
+    model: the causal LM to train (hub id, local folder, ``builtin:<name>``), ideally after SFT.
+    tokenizer: a tokenizer object; the CLI links the DataModule's.
+    loss: ``sigmoid`` (DPO, with ``label_smoothing``: cDPO), ``ipo``, or ``simpo``
+        (reference-free, length-normalised, with the margin ``simpo_gamma``).
+    beta: DPO's KL strength / IPO's tau / SimPO's reward scale (> 0). Papers: DPO 0.1 (0.5 for
+        TL;DR summarisation; its appendix B), SimPO about 2 to 10.
+    label_smoothing: cDPO's label-flip probability, in [0, 0.5), for ``loss: sigmoid`` only.
+    simpo_gamma: SimPO's target reward margin (>= 0); read by ``loss: simpo`` only.
+    reference_model: the frozen reference (None: ``model``; under LoRA: ``model`` with the
+        adapters off). Refused with ``loss: simpo``, which has none.
+    dtype: the trained weights; 16-bit only under DeepSpeed's bf16 optimizer (float32 master
+        weights), else float32 with ``trainer.precision: bf16-mixed`` (refused at setup).
+    reference_dtype: the frozen reference's dtype (None: ``dtype``); it may be 16-bit.
+    lr, weight_decay, max_grad_norm: AdamW and clipping (None: no clipping).
+    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
+        lr schedule (warmup, then constant / linear / cosine; see ``PPOModule``; one optimizer
+        step per batch here, so both intervals count the same).
+    micro_batch_size: pairs per forward/backward (gradient accumulation within a batch).
+    max_length: tokens per (query, response) sequence; a longer one loses its tail.
+    chat_template: render the query with the tokenizer's chat template (when it has one).
+    lora_rank, lora_alpha, lora_target_modules, lora_dropout: 0 = train every weight; > 0 =
+        peft LoRA adapters (the ``[lora]`` extra) on ``lora_target_modules``, the base frozen
+        and serving as the reference.
+    export_dir: where the trained model and tokenizer are saved at the end of ``fit``
+        (``save_pretrained``; None, or a ``fast_dev_run``: not saved); LoRA adapters are merged
+        into a copy first.
+    max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
+        (``fault/skipped_steps``, checkpointed); this many in a row stop the run.
+    """
+
+    def __init__(
+        self,
+        model: str = "builtin:tiny-llama",
+        tokenizer: Any = None,
+        loss: PreferenceLoss = "sigmoid",
+        beta: float = 0.1,
+        label_smoothing: float = 0.0,
+        simpo_gamma: float = 0.5,
+        reference_model: str | None = None,
+        dtype: Dtype = "float32",
+        reference_dtype: Dtype | None = None,
+        lr: float = 1e-6,
+        weight_decay: float = 0.0,
+        max_grad_norm: float | None = 1.0,
+        lr_warmup_steps: int = 0,
+        lr_warmup_ratio: float = 0.0,
+        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
+        min_lr_ratio: float = 0.0,
+        lr_interval: Literal["batch", "optimizer_step"] = "batch",
+        lr_total_steps: int | None = None,
+        micro_batch_size: int = 8,
+        max_length: int = 1024,
+        chat_template: bool = True,
+        lora_rank: int = 0,
+        lora_alpha: int = 16,
+        lora_target_modules: str | list[str] = "all-linear",
+        lora_dropout: float = 0.0,
+        export_dir: str | None = None,
+        max_consecutive_skips: int = 5,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer"])
+        check_dpo_settings(self.hparams)
+        self.automatic_optimization = False
+        self.step_optimizer = OptimizerStep(
+            max_grad_norm=max_grad_norm,
+            max_consecutive_skips=max_consecutive_skips,
+            lr_schedule=LRScheduleSettings.from_hparams(self.hparams),  # validates
+        )
+        self.tokenizer = tokenizer
+        self.encoder: SFTEncoder | None = None
+        self.model: Any = None
+        self.ref_model: Any = None  # a separate frozen reference (none under LoRA / SimPO)
+        self.frozen = FrozenModules("ref_model")  # rebuilt on every start, never checkpointed
+        self.eval_metrics = nn.ModuleDict(
+            {f"{stage}_{name}": MeanMetric() for stage in ("val", "test") for name in PAIR_STATS}
+        )
+
+    @property
+    def hp(self) -> Any:
+        return self.hparams
+
+    def setup(self, stage: str) -> None:
+        if stage != "fit":  # the strategy is known and no weights are loaded yet
+            return
+        check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
+        strategy = self.trainer.strategy
+        zero3 = is_deepspeed(strategy) and getattr(strategy, "zero_stage_3", False)
+        if zero3 and self.hp.lora_rank > 0 and self.hp.export_dir is not None:
+            raise ValueError(
+                "export_dir with lora_rank > 0 under DeepSpeed ZeRO-3: the adapters are merged "
+                "into a copy of the base weights, which ZeRO-3 holds in partitions. Fix: ZeRO-2, "
+                "or export_dir: null (the checkpoint keeps the adapters)."
+            )
+
+    def configure_model(self) -> None:
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        self.step_optimizer.configure(strategy)
+        if self.model is not None:
+            return
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.hp.model)
+        self.encoder = SFTEncoder(
+            self.tokenizer, max_length=self.hp.max_length, chat_template=self.hp.chat_template
+        )
+        hp = self.hp
+        separate = hp.loss != "simpo" and (hp.lora_rank == 0 or hp.reference_model is not None)
+        networks = build_policy_networks(  # ZeRO-3: loaded into the partitions
+            hp.model,
+            strategy=strategy,
+            dtype=hp.dtype,
+            reference_dtype=hp.reference_dtype,
+            reference=separate and hp.reference_model is None,
+        )
+        self.model = lora_wrap(
+            networks.policy, hp.lora_rank, hp.lora_alpha, hp.lora_target_modules,
+            dropout=hp.lora_dropout,
+        )  # fmt: skip
+        self.ref_model = networks.ref_policy
+        if separate and hp.reference_model is not None:
+            with transformers_zero3_context(strategy):
+                self.ref_model = freeze(
+                    load_causal_lm(hp.reference_model, dtype=hp.reference_dtype or hp.dtype)
+                )
+
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+
+    # --------------------------------------------------------------- the loss
+    def encode_pairs(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
+        """The ``2b`` (query, response) sequences of ``b`` labelled pair rows, the chosen
+        responses first, as one right-padded batch (``input_ids``, ``attention_mask``,
+        ``labels``: the response tokens, -100 elsewhere) on the module's device."""
+        assert self.encoder is not None, "call configure_model() first"
+        chosen, rejected = chosen_and_rejected(rows, user=_USER)
+        encoded = [
+            self._encode(row, pick, i)
+            for side in (chosen, rejected)
+            for i, (row, pick) in enumerate(zip(rows, side, strict=True))
+        ]
+        batch = collate_sft(encoded, pad_token_id=int(self.tokenizer.pad_token_id))
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def _encode(self, row: Mapping[str, Any], pick: int, i: int) -> dict[str, list[int]]:
+        assert self.encoder is not None
+        where = f"pair row {i} (query {row.get('query_id', '?')!r}), response_{pick}"
+        pair = {"prompt": row.get("query"), "response": row.get(f"response_{pick}")}
+        try:
+            return self.encoder.encode(pair, where)
+        except LongPromptError:
+            raise ValueError(
+                f"{where}: the query leaves no response token within max_length="
+                f"{self.hp.max_length} tokens. Fix: raise model.init_args.max_length, or shorten "
+                "or remove the row."
+            ) from None
+
+    @torch.no_grad()
+    def reference_log_probs(self, batch: Mapping[str, Tensor]) -> PairLogps | None:
+        """The frozen reference's :class:`PairLogps` (None for SimPO, which has none)."""
+        if self.hp.loss == "simpo":
+            return None
+        if self.ref_model is not None:
+            return PairLogps.split(*response_log_probs(self.ref_model, batch))
+        with self.model.disable_adapter():  # LoRA (peft): the base model is the reference
+            return PairLogps.split(*response_log_probs(self.model, batch))
+
+    def preference_loss(
+        self, policy: PairLogps, reference: PairLogps | None
+    ) -> tuple[Tensor, PreferenceRewards]:
+        """Per-pair losses ``[b]`` and implicit rewards of the configured ``loss``."""
+        hp = self.hp
+        if hp.loss == "simpo":
+            return simpo_loss(*policy.averaged(), beta=hp.beta, gamma=hp.simpo_gamma)
+        assert reference is not None
+        if hp.loss == "ipo":  # token-averaged log-probs (ipo_loss's docstring says why)
+            return ipo_loss(*policy.averaged(), *reference.averaged(), beta=hp.beta)
+        return dpo_loss(
+            policy.chosen, policy.rejected, reference.chosen, reference.rejected,
+            beta=hp.beta, label_smoothing=hp.label_smoothing,
+        )  # fmt: skip
+
+    def pair_losses(self, rows: Sequence[Mapping[str, Any]]) -> tuple[Tensor, dict[str, Tensor]]:
+        """Per-pair losses ``[b]`` (gradient flowing into the policy) and the detached per-pair
+        values of :data:`PAIR_STATS` for labelled pair rows."""
+        batch = self.encode_pairs(rows)
+        policy = PairLogps.split(*response_log_probs(self.model, batch))
+        losses, rewards = self.preference_loss(policy, self.reference_log_probs(batch))
+        return losses, pair_stats(losses, rewards, policy)
+
+    def micro_batches(self, rows: Sequence[Mapping[str, Any]]) -> list[Sequence[Any]]:
+        size = self.hp.micro_batch_size
+        return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+    # ---------------------------------------------------------------- training
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        rows = batch["row"]
+        parts: list[dict[str, Tensor]] = []
+
+        def loss_fn(part: Sequence[Mapping[str, Any]]) -> Tensor:
+            losses, stats = self.pair_losses(part)
+            parts.append(stats)
+            return losses.sum() / len(rows)  # non-finite: OptimizerStep skips the step
+
+        stats = self.step_optimizer(self, self.optimizers(), self.micro_batches(rows), loss_fn)
+        logged = {f"train/{k}": torch.cat([p[k] for p in parts]).mean() for k in PAIR_STATS}
+        self.log_dict({**logged, **stats}, batch_size=len(rows), prog_bar=False)
+        return logged["train/loss"]
+
+    # ------------------------------------------------------- validation / test
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate("val", batch["row"])
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate("test", batch["row"])
+
+    def _evaluate(self, stage: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        metrics = {
+            name: cast(MeanMetric, self.eval_metrics[f"{stage}_{name}"]) for name in PAIR_STATS
+        }
+        for part in self.micro_batches(rows):
+            _, stats = self.pair_losses(part)
+            for name, metric in metrics.items():
+                metric.update(stats[name])
+        for name, metric in metrics.items():
+            self.log(f"{stage}/{name}", metric, batch_size=len(rows))
+
+    # ------------------------------------------------------------- checkpoint
+    def configure_callbacks(self) -> list[Callback]:
+        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
+        return [GlobalRNGState(), EpochEndLoaderReset()]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.step_optimizer.save_to(checkpoint)  # skip counts, lr schedule counters
+        self.frozen.drop(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.frozen.restore(self, checkpoint)
+        check_checkpoint_weights(self, checkpoint, settings=_NETWORK_SETTINGS)
+        self.step_optimizer.load_from(checkpoint)
+
+    def on_fit_end(self) -> None:
+        if self.hp.export_dir is not None and not getattr(self.trainer, "fast_dev_run", False):
+            export_pretrained(self.trainer, merged_copy(self.model), self.tokenizer,
+                              self.hp.export_dir)  # fmt: skip
+
+
+_NETWORK_SETTINGS = ("model", "reference_model", "lora_rank", "lora_target_modules")
+
+
+def check_dpo_settings(hp: Mapping[str, Any]) -> None:
+    """Refuse, before any model loads, a setting out of its range or one that would silently
+    change nothing; each message names the setting and the fix."""
+    if hp["loss"] not in get_args(PreferenceLoss):
+        raise ValueError(
+            f"loss={hp['loss']!r} is not one of {list(get_args(PreferenceLoss))}. Fix: set "
+            "model.init_args.loss to one of them."
+        )
+    rules = [
+        ("beta", 0 < hp["beta"] < math.inf,
+         "> 0 and finite (DPO: 0.1 to 0.5; SimPO: about 2 to 10)"),
+        ("label_smoothing", 0 <= hp["label_smoothing"] < 0.5,
+         "in [0, 0.5) (cDPO's label-flip probability; 0.5 would ignore the labels)"),
+        ("simpo_gamma", 0 <= hp["simpo_gamma"] < math.inf,
+         ">= 0 and finite (SimPO's target reward margin)"),
+        ("micro_batch_size", hp["micro_batch_size"] >= 1, ">= 1"),
+        ("max_length", hp["max_length"] >= 2, ">= 2 (a query token and a response token)"),
+        ("lora_rank", hp["lora_rank"] >= 0, ">= 0 (0: no LoRA)"),
+        ("lora_alpha", hp["lora_rank"] == 0 or hp["lora_alpha"] > 0, "> 0 with lora_rank > 0"),
+        ("lora_dropout", 0 <= hp["lora_dropout"] < 1, "in [0, 1)"),
+    ]  # fmt: skip
+    refuse_out_of_range([*module_setting_rules(hp), *rules], hp)
+    _check_combinations(hp)
+
+
+def _check_combinations(hp: Mapping[str, Any]) -> None:
+    if hp["label_smoothing"] > 0 and hp["loss"] != "sigmoid":
+        raise ValueError(
+            f"label_smoothing={hp['label_smoothing']} is cDPO's, a setting of loss: sigmoid; "
+            f"loss={hp['loss']!r} would ignore it. Fix: label_smoothing: 0, or loss: sigmoid."
+        )
+    reference = [k for k in ("reference_model", "reference_dtype") if hp[k] is not None]
+    if reference and hp["loss"] == "simpo":
+        raise ValueError(
+            f"loss='simpo' is reference-free: no reference model is loaded, so {reference} "
+            "would change nothing. Fix: remove them, or use loss: sigmoid / ipo."
+        )
+    if hp["lora_rank"] > 0 and hp["reference_model"] is None and hp["reference_dtype"]:
+        raise ValueError(
+            "reference_dtype with lora_rank > 0: the reference is the trained network with its "
+            "adapters off (in dtype), not a copy, so reference_dtype would change nothing. Fix: "
+            "remove reference_dtype, or give a separate reference_model."
+        )

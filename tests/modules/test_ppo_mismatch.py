@@ -1,0 +1,123 @@
+"""The rollout/training mismatch correction: with the engine's log-probs deliberately perturbed,
+the TIS-corrected gradient equals the importance-weighted policy gradient computed here by hand,
+the masked variant drops exactly the tokens outside its band, and the mismatch is logged."""
+
+import lightning as L
+import pytest
+import torch
+
+from lit_rlhf.models.forward import forward_response
+from lit_rlhf.training import PPOSettings, PPOUpdate
+from lit_rlhf.training.policy_step import resolve_mismatch
+from tests.helpers import prompt_loader
+from tests.modules.test_ppo import PROMPTS, make_module
+
+
+def _perturbed_experience(tiny_model_dir, noise=0.4):
+    module = make_module(tiny_model_dir, mismatch_correction="tis")
+    module.configure_model()
+    module.trainer = L.Trainer(logger=False, enable_progress_bar=False)
+    batch = next(iter(prompt_loader(module.tokenizer, PROMPTS[:4], 4)))
+    torch.manual_seed(0)
+    rollout = module.collect_rollout(batch)
+    assert rollout.sample_log_probs is not None  # the correction asks the engine for them
+    gen = torch.Generator().manual_seed(1)
+    rollout.sample_log_probs = rollout.sample_log_probs + noise * torch.randn(
+        rollout.sample_log_probs.shape, generator=gen
+    )
+    return module, module.prepare_update(rollout)
+
+
+def _grads(module, experience, mismatch, **settings):
+    hp = {**module.hparams, **settings}
+    update = PPOUpdate(
+        module.policy, PPOSettings.from_hparams(hp), experience, temperature=1.0, kl_coef=0.0,
+        use_current_as_old=True, mismatch=mismatch,
+    )  # fmt: skip
+    module.zero_grad()
+    for mb in update.micro_batches(torch.arange(len(experience))):
+        update.loss(mb).backward()
+    grads = {n: p.grad.clone() for n, p in module.policy.named_parameters() if p.grad is not None}
+    return grads, update.means()
+
+
+def _weighted_reference(module, experience, weight_fn):
+    """sum_t -A_t w_t grad log pi(y_t) / (counted tokens): the policy gradient at ratio 1 with
+    each token weighted by w_t, from a forward pass of the policy."""
+    ro = experience.rollout
+    module.zero_grad()
+    fwd = forward_response(module.policy, ro.input_ids, ro.attention_mask, ro.response_ids,
+                           temperature=1.0)  # fmt: skip
+    mask = ro.response_mask
+    w = weight_fn(fwd.log_probs.detach(), ro.sample_log_probs)
+    ratio = torch.exp(fwd.log_probs - fwd.log_probs.detach())
+    loss = (-(experience.advantages * w * ratio))[mask].sum() / mask.sum()
+    loss.backward()
+    return {n: p.grad.clone() for n, p in module.policy.named_parameters() if p.grad is not None}
+
+
+def test_tis_gradient_equals_the_importance_weighted_gradient(tiny_model_dir):
+    module, exp = _perturbed_experience(tiny_model_dir)
+    ours, stats = _grads(module, exp, "tis", micro_batch_size=3)
+    ref = _weighted_reference(module, exp, lambda old, eng: torch.exp(old - eng).clamp(max=2.0))
+    plain, _ = _grads(module, exp, "none")
+    for name in ref:
+        torch.testing.assert_close(ours[name], ref[name], atol=1e-6, rtol=1e-4)
+    assert any(not torch.allclose(ours[n], plain[n]) for n in ref)  # the weights mattered
+    assert 0 < float(stats["rollout/mismatch_capped_fraction"]) < 1
+    assert float(stats["rollout/mismatch_abs_log_ratio"]) > 0.2
+    assert float(stats["rollout/mismatch_ratio_max"]) > 2.0
+
+
+def test_masked_correction_drops_the_tokens_outside_the_band(tiny_model_dir):
+    module, exp = _perturbed_experience(tiny_model_dir)
+    ours, stats = _grads(module, exp, "mask", mismatch_low=0.7, mismatch_high=1.4)
+
+    def band(old, eng):
+        ratio = torch.exp(old - eng)
+        return ((ratio >= 0.7) & (ratio <= 1.4)).float()
+
+    ref = _weighted_reference(module, exp, band)
+    for name in ref:
+        torch.testing.assert_close(ours[name], ref[name], atol=1e-6, rtol=1e-4)
+    assert 0 < float(stats["rollout/mismatch_masked_fraction"]) < 1
+
+
+def test_the_mismatch_is_logged_in_a_training_step(tiny_model_dir, tmp_path):
+    from tests.modules.test_ppo import trainer
+
+    module = make_module(tiny_model_dir, mismatch_correction="tis")
+    run = trainer(tmp_path, limit_train_batches=1)
+    run.fit(module, prompt_loader(module.tokenizer, PROMPTS[:4], 4))
+    logged = run.logged_metrics
+    for key in ("abs_log_ratio", "kl", "ratio_max", "ratio_min", "capped_fraction"):
+        assert f"rollout/mismatch_{key}" in logged, key
+    # the HF engine's log-probs and the trainer's come from the same weights: a small gap
+    assert float(logged["rollout/mismatch_abs_log_ratio"]) < 1e-3
+
+
+class _Engine:
+    temperature, max_new_tokens = 1.0, 8
+
+    def __init__(self, separate: bool) -> None:
+        if separate:
+            self.separate_numerics = True
+
+
+@pytest.mark.parametrize(
+    "settings,separate,expected",
+    [
+        ({}, True, "tis"),  # vLLM-like engine, one update per rollout
+        ({}, False, "none"),  # the HF engines: same forward as the trainer
+        ({"ppo_epochs": 2}, True, "none"),  # no trainer old log-probs to compare with
+        ({"ppo_epochs": 2, "recompute_old_log_probs": True}, True, "tis"),
+        ({"mismatch_correction": "mask"}, False, "mask"),  # an explicit choice is kept
+    ],
+)
+def test_auto_turns_tis_on_for_engines_with_their_own_numerics(settings, separate, expected):
+    assert resolve_mismatch(PPOSettings(**settings), _Engine(separate)) == expected
+
+
+def test_an_explicit_correction_without_trainer_log_probs_is_refused():
+    with pytest.raises(ValueError, match="Fix: set recompute_old_log_probs: true"):
+        PPOSettings(mismatch_correction="tis", ppo_epochs=2)
