@@ -4,7 +4,8 @@ Every module with manual optimisation (PPO, the generative reward model, the com
 :class:`OptimizerStep` instead of writing its own backward / clip / step, because each of those is
 easy to get silently wrong under DeepSpeed (see ``lit_rlhf.strategies.deepspeed_hooks``):
 
-    zero_grad -> for each micro-batch: mark it (DeepSpeed) and ``manual_backward(loss)``
+    zero_grad -> for each micro-batch: mark it (DeepSpeed) and ``manual_backward(loss)`` (under
+              DDP inside ``no_sync`` but the last, so gradients are all-reduced once per step)
               (or, with a per-task gradient callback such as MGS: the backward task by task,
               combined by the callback; ``lit_rlhf.training.task_backward``)
               -> gradient hooks (callbacks may read / rewrite the reduced gradients)
@@ -31,6 +32,7 @@ which lowers its scale: they are neither counted nor fatal. Every step returns
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 import torch
@@ -200,10 +202,14 @@ class OptimizerStep:
                 )
             return task_backward(module, optimizer, micro_batches, loss_fn, task_of, hook)
         optimizer.zero_grad()
+        block_sync = getattr(strategy, "block_backward_sync", None)  # DDP's no_sync
         for i, micro in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
             # under DeepSpeed, micro-batches bypass the engine's forward (no-op elsewhere)
-            start_micro_batch(strategy, last=i == len(micro_batches) - 1)
-            module.manual_backward(loss_fn(micro))
+            start_micro_batch(strategy, last=last)
+            # under DDP, only the last micro-batch's backward all-reduces (the summed gradient)
+            with nullcontext() if last or not callable(block_sync) else block_sync():
+                module.manual_backward(loss_fn(micro))
         return {}
 
     def _clip_and_step(

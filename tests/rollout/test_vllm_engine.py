@@ -270,6 +270,12 @@ def test_ppo_fast_dev_run_from_yaml(tmp_path, extra):
     assert isinstance(engine, VLLMGenerationEngine)
     assert hasattr(next(policy.parameters()), "ds_id") == bool(extra)  # sharded under ZeRO-3
     assert engine.last_sync_tensors == len(list(policy.parameters()))  # the last step was pushed
+    # mismatch_correction auto: vLLM's log-probs are corrected by TIS, and the gap is logged
+    assert cli.model.rl.mismatch == "tis"
+    logged = cli.trainer.logged_metrics
+    for key in ("abs_log_ratio", "kl", "ratio_max", "ratio_min", "capped_fraction"):
+        assert f"rollout/mismatch_{key}" in logged, key
+    assert float(logged["rollout/mismatch_abs_log_ratio"]) < LOGPROB_TOL  # fp32 on both sides
     # what vLLM serves after training is the trained policy
     batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
     ref = hf_greedy(policy, batch, tokenizer, engine.max_new_tokens)
