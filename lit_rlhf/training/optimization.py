@@ -202,7 +202,10 @@ class OptimizerStep:
                 )
             return task_backward(module, optimizer, micro_batches, loss_fn, task_of, hook)
         optimizer.zero_grad()
-        block_sync = getattr(strategy, "block_backward_sync", None)  # DDP's no_sync
+        # DDP's no_sync (DeepSpeed keeps its own accumulation boundary: start_micro_batch)
+        block_sync = (
+            None if is_deepspeed(strategy) else getattr(strategy, "block_backward_sync", None)
+        )
         for i, micro in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
             # under DeepSpeed, micro-batches bypass the engine's forward (no-op elsewhere)

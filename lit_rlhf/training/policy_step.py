@@ -138,7 +138,7 @@ class PolicyStep:
         the share of informative groups of this round). Without it: ``rollout`` itself."""
         if self.sampler is None:
             return rollout
-        pad_id = getattr(module.tokenizer, "pad_token_id", None) or 0
+        pad_id = getattr(getattr(module, "tokenizer", None), "pad_token_id", None) or 0
         out = self.sampler.add(rollout, target, pad_id)
         if out is None:
             stats = {k: v.float() for k, v in self.sampler.last_stats.items()}
@@ -183,7 +183,7 @@ class PolicyStep:
         if not isinstance(cap, int):
             return mask[:, -1]  # an engine without a cap: ran to the last column
         last = rollout.response_ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
-        eos = getattr(module.tokenizer, "eos_token_id", None)
+        eos = getattr(getattr(module, "tokenizer", None), "eos_token_id", None)
         eos_ids = torch.as_tensor(-1 if eos is None else eos, device=last.device).reshape(-1)
         ended = (lengths < cap) | torch.isin(last, eos_ids)
         return truncated_responses(mask, ended)

@@ -96,7 +96,7 @@ def last_stderr_line(capsys: pytest.CaptureFixture[str], args: list[str]) -> tup
         (
             ["--model.init_args.advantage=ppo"],
             r"^error: model\.init_args\.advantage: Expected a typing\.Literal\['gae', 'grpo', "
-            r"'rloo'\]\. Got value: ppo\. Fix:",
+            r"'rloo', 'reinforce_pp', 'reinforce_pp_baseline'\]\. Got value: ppo\. Fix:",
         ),
         # a class that does not exist
         (

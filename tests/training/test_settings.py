@@ -24,7 +24,11 @@ BAD = [
     (dict(ppo_epochs=0), "ppo_epochs=0 must be >= 1"),
     (dict(micro_batch_size=0), "micro_batch_size=0 must be >= 1"),
     (dict(mini_batch_size=0), "mini_batch_size=0 must be >= 1"),
-    (dict(advantage="ppo"), "advantage='ppo' is not one of \\['gae', 'grpo', 'rloo'\\]"),
+    (
+        dict(advantage="ppo"),
+        "advantage='ppo' is not one of \\['gae', 'grpo', 'rloo', 'reinforce_pp', "
+        "'reinforce_pp_baseline'\\]",
+    ),
     (dict(kl_estimator="k4"), "kl_estimator='k4' is not one of"),
     (dict(loss_agg="sum"), "loss_agg='sum' is not one of"),
     (dict(kl_in="both"), "kl_in='both' is not one of"),
