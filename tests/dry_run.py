@@ -4,7 +4,9 @@ lr, the probe that reads the optimizer before and after, the stand-in reward ter
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import math
 import os
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import pytest
 import torch
 import yaml
 
@@ -163,3 +166,42 @@ def check_lr(args: dict[str, Any], probe: Probe, batches: int) -> None:
         assert all(0 <= x <= lr * (1 + 1e-6) for x in probe.lrs), probe.lrs
     if warmup_steps(args, total) > 0:
         assert probe.lrs[0] < lr, "a warmup must start below the configured lr"
+
+
+def compose(preset: Path, fragment: str | None) -> dict[str, Any]:
+    """The config as LightningCLI composes it from the files (defaults filled in)."""
+    args = ["fit", "--config", str(preset)]
+    if fragment is not None:
+        args += ["--config", str(Path(__file__).resolve().parents[1] / fragment)]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
+        cli_main([*args, "--print_config"])
+    assert exit_info.value.code == 0, out.getvalue()[-2000:]
+    # importing deepspeed may print its accelerator notice ("[<time>] [WARNING] ...") first
+    text = "\n".join(x for x in out.getvalue().splitlines() if not x.startswith("["))
+    return yaml.safe_load(text)
+
+
+def vllm_old_log_probs(config: dict[str, Any]) -> list[str]:
+    """A vLLM preset that takes several optimizer steps per rollout must recompute the old
+    log-probs with the trainer (as verl does): vLLM's are not the trainer's numerics."""
+    args = config["model"]["init_args"]
+    engine = str((args.get("engine") or {}).get("class_path", ""))
+    batch = config["data"]["init_args"].get("batch_size") or 1
+    rollout = batch * (args.get("samples_per_prompt") or 1)
+    mini = args.get("mini_batch_size") or rollout
+    steps = (args.get("ppo_epochs") or 1) * math.ceil(rollout / mini)
+    if not engine.endswith("VLLMGenerationEngine"):
+        return []
+    problems = []
+    if args.get("mismatch_correction", "auto") == "auto":
+        problems.append(
+            "a vLLM preset pins model.init_args.mismatch_correction (none: the authors' update; "
+            "the default auto turns truncated importance sampling on with vLLM)"
+        )
+    if steps > 1 and args.get("recompute_old_log_probs") is not True:
+        problems.append(
+            f"{steps} optimizer steps per rollout with vLLM: set model.init_args."
+            "recompute_old_log_probs: true (the ratio's denominator from the trainer, as verl)"
+        )
+    return problems

@@ -63,8 +63,6 @@ pytest -q tests/test_preset_dry_run.py::test_preset_dry_run``).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 import os
 import re
@@ -77,8 +75,7 @@ import pytest
 import torch
 import yaml
 
-from lit_rlhf.cli import cli_main
-from tests.dry_run import check_lr, dry_run, expected_lr, warmup_steps
+from tests.dry_run import check_lr, compose, dry_run, expected_lr, vllm_old_log_probs, warmup_steps
 from tests.recipes import RECIPES, check_table, load_recipes
 
 REPO = Path(__file__).parents[1]
@@ -181,45 +178,6 @@ def test_vllm_presets_with_several_steps_recompute_old_log_probs():
 
 
 # ------------------------------------------------------------------ composing
-def compose(preset: Path, fragment: str | None) -> dict[str, Any]:
-    """The config as LightningCLI composes it from the files (defaults filled in)."""
-    args = ["fit", "--config", str(preset)]
-    if fragment is not None:
-        args += ["--config", str(REPO / fragment)]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
-        cli_main([*args, "--print_config"])
-    assert exit_info.value.code == 0, out.getvalue()[-2000:]
-    # importing deepspeed may print its accelerator notice ("[<time>] [WARNING] ...") first
-    text = "\n".join(x for x in out.getvalue().splitlines() if not x.startswith("["))
-    return yaml.safe_load(text)
-
-
-def vllm_old_log_probs(config: dict[str, Any]) -> list[str]:
-    """A vLLM preset that takes several optimizer steps per rollout must recompute the old
-    log-probs with the trainer (as verl does): vLLM's are not the trainer's numerics."""
-    args = config["model"]["init_args"]
-    engine = str((args.get("engine") or {}).get("class_path", ""))
-    batch = config["data"]["init_args"].get("batch_size") or 1
-    rollout = batch * (args.get("samples_per_prompt") or 1)
-    mini = args.get("mini_batch_size") or rollout
-    steps = (args.get("ppo_epochs") or 1) * math.ceil(rollout / mini)
-    if not engine.endswith("VLLMGenerationEngine"):
-        return []
-    problems = []
-    if args.get("mismatch_correction", "auto") == "auto":
-        problems.append(
-            "a vLLM preset pins model.init_args.mismatch_correction (none: the authors' update; "
-            "the default auto turns truncated importance sampling on with vLLM)"
-        )
-    if steps > 1 and args.get("recompute_old_log_probs") is not True:
-        problems.append(
-            f"{steps} optimizer steps per rollout with vLLM: set model.init_args."
-            "recompute_old_log_probs: true (the ratio's denominator from the trainer, as verl)"
-        )
-    return problems
-
-
 # ------------------------------------------------------------------ the overrides
 @dataclass(frozen=True)
 class Context:
