@@ -221,7 +221,7 @@ class PPOUpdate:
         self.add({f"rollout/mismatch_{k}": v for k, v in stats_mm.items()})
         if self.mismatch == "tis":
             weights = truncated_importance_weights(old, engine, cap=s.mismatch_cap)
-            capped = (torch.exp(old.detach() - engine) > s.mismatch_cap).float()
+            capped = (weights >= s.mismatch_cap).float()  # the weights hold min(ratio, cap)
             self._record("rollout/mismatch_capped_fraction", masked_mean(capped, mask))
         elif self.mismatch == "mask":
             weights = masked_importance_weights(

@@ -155,7 +155,9 @@ class RolloutCollector:
 def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
     """Scalar statistics of a scored rollout: the reward (mean, std, each part of the reward's
     info averaged over the samples where it is defined, i.e. not NaN, the reward terms'
-    diagnostics), the response lengths and, with a ``GuardedReward`` anywhere in the reward,
+    diagnostics), the response lengths (the truncated share needs the engine's cap and is
+    logged by :class:`~lit_rlhf.training.PolicyStep`) and, with a ``GuardedReward`` anywhere in
+    the reward,
     ``fault/reward_errors``: the samples that got its fallback score (summed over every guarded
     part)."""
     scores, mask = rollout.scores, rollout.response_mask
@@ -163,7 +165,6 @@ def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
         "reward/mean": scores.mean(),
         "reward/std": scores.std() if len(rollout) > 1 else scores.new_zeros(()),
         "rollout/response_length": mask.sum(1).float().mean(),
-        "rollout/truncated": mask[:, -1].float().mean(),
     }
     for key, value in rollout.reward_info.items():  # NaN: not defined for that sample
         defined = value.float()[~value.float().isnan()]
