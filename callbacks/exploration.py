@@ -223,6 +223,8 @@ class ForkingTokens(_Scheduled):
         top_fraction: share of tokens kept (paper: 0.2), scheduled like the other coefficients.
     """
 
+    reads_logits = False  # only the entropy, which the packed update computes chunk by chunk
+
     def __init__(
         self,
         top_fraction: float = 0.2,
@@ -262,6 +264,8 @@ class KLCov(_Scheduled):
         top_fraction: share of tokens penalised (paper: 0.002). coef: penalty weight (1.0),
             scheduled. replace_clip: see above.
     """
+
+    reads_logits = False  # log-probs and advantages only
 
     def __init__(
         self,

@@ -46,6 +46,7 @@ jsonargparse's union report with its namespace dump.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any, Literal
 
@@ -186,10 +187,13 @@ def _check_resumed_tokenizer(config: Any, config_model: Any) -> None:
         )
 
 
-def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
-    """Build (and by default run) the CLI; ``args`` as on the command line."""
+def cli_main(
+    args: list[str] | None = None, run: bool = True, cli_class: type[LitRLHFCLI] = LitRLHFCLI
+) -> LitRLHFCLI:
+    """Build (and by default run) the CLI; ``args`` as on the command line. ``cli_class``: a
+    subclass with more arguments (``lit-rlhf export``: :mod:`lit_rlhf.cli_export`)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return LitRLHFCLI(
+    return cli_class(
         LightningModule,
         LightningDataModule,
         subclass_mode_model=True,
@@ -206,11 +210,19 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> LitRLHFCLI:
     )
 
 
-def main() -> None:
-    """Console-script entry point: ``lit-rlhf``. When the run is over the module releases its
-    engine (``close``: a vLLM instance), then every rank of a multi-process run meets at a
-    barrier and destroys the process group (see ``shutdown_distributed``)."""
-    cli = cli_main()
+def main(args: list[str] | None = None) -> None:
+    """Console-script entry point: ``lit-rlhf`` (``args``: the command line after it, default
+    ``sys.argv[1:]``). ``export`` goes to :func:`lit_rlhf.cli_export.export_main`; for the
+    others, when the run is over the module releases its engine (``close``: a vLLM instance),
+    then every rank of a multi-process run meets at a barrier and destroys the process group
+    (see ``shutdown_distributed``)."""
+    argv = sys.argv[1:] if args is None else args
+    if argv[:1] == ["export"]:
+        from lit_rlhf.cli_export import export_main
+
+        export_main(argv[1:])
+        return
+    cli = cli_main(args)
     close = getattr(cli.model, "close", None)
     if callable(close):
         close()

@@ -23,6 +23,14 @@ lit-rlhf is timed with the vLLM engine (compiled, colocated, weights pushed afte
 ``--engines vllm decode hf`` adds its own decode loop over the Hugging Face model
 (``DecodeLoopEngine``, compiled) and transformers' ``generate``. Each run is a fresh process;
 ``--repeats`` runs per framework alternate in order (A B, B A, ...).
+
+``--sweep`` instead times every (response length, group size) point of ``--sweep-lengths``
+(32 64 128 256 new tokens) x ``--sweep-groups`` (2 4 8 16 samples per prompt) for one size and
+beta, printing per point and framework the step time, its multiple of the compute limit and the
+peak memory (CUDA: ``max_memory_allocated``; CPU: peak RSS of the run's process). A subset:
+
+    .venv-bench/bin/python scripts/benchmark.py --sweep --sizes tiny --betas 0 \
+        --sweep-lengths 64 256 --sweep-groups 4 16 --steps 3 --warmup 1 --repeats 1
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -106,7 +115,9 @@ def make_engine(kind: str) -> Any:
     sampling = dict(max_new_tokens=NEW_TOKENS, temperature=1.0, top_p=1.0)
     if kind == "vllm":
         # compiled (not enforce_eager): ~30 s of start-up, inside the first warm-up step
-        return VLLMGenerationEngine(**sampling, kv_cache_memory_bytes=256 << 20, max_model_len=256)
+        return VLLMGenerationEngine(
+            **sampling, kv_cache_memory_bytes=256 << 20, max_model_len=NEW_TOKENS + 64
+        )
     if kind in ("decode", "decode_eager"):
         return DecodeLoopEngine(**sampling, cache="static", compile=kind == "decode")
     return HFGenerationEngine(**sampling)
@@ -287,10 +298,16 @@ def child(opts: argparse.Namespace) -> None:
     torch.set_num_threads(opts.threads)
     model = SIZES[opts.size]
     total = opts.warmup + opts.steps
+    global NEW_TOKENS, SAMPLES
+    NEW_TOKENS, SAMPLES = opts.new_tokens, opts.samples
     if opts.child == "trl":
         result = run_trl(model, opts.beta, total)
     else:
         result = run_lit_rlhf(model, opts.beta, total, opts.child)
+    if torch.cuda.is_available():
+        result["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("\n" + json.dumps(result))
 
 
@@ -298,6 +315,7 @@ def spawn(kind: str, size: str, beta: float, opts: argparse.Namespace) -> dict[s
     args = [sys.executable, __file__, "--child", kind, "--size", size, "--beta", str(beta)]
     args += ["--steps", str(opts.steps), "--warmup", str(opts.warmup)]
     args += ["--threads", str(opts.threads)]
+    args += ["--new-tokens", str(NEW_TOKENS), "--samples", str(SAMPLES)]
     out = subprocess.run(args, capture_output=True, text=True)
     if out.returncode != 0:
         tail = "\n".join(out.stderr.strip().splitlines()[-15:])
@@ -306,19 +324,51 @@ def spawn(kind: str, size: str, beta: float, opts: argparse.Namespace) -> dict[s
 
 
 def measure(
-    kinds: list[str], size: str, beta: float, opts: argparse.Namespace
+    kinds: list[str], size: str, beta: float, opts: argparse.Namespace, *, peak: bool = False
 ) -> dict[str, dict[str, list[float]]]:
     """Timed steps (warm-ups dropped) of each kind, pooled over ``opts.repeats`` runs in
-    alternating order (A B C, C B A, ...) so that slow drifts of the machine hit every kind."""
-    pooled: dict[str, dict[str, list[float]]] = {
-        kind: {"times": [], "gen": [], "lengths": []} for kind in kinds
-    }
+    alternating order (A B C, C B A, ...) so that slow drifts of the machine hit every kind;
+    with ``peak`` also each run's peak memory (``peak_mb``)."""
+    keys = ["times", "gen", "lengths"] + (["peak_mb"] if peak else [])
+    pooled: dict[str, dict[str, list[float]]] = {kind: {k: [] for k in keys} for kind in kinds}
     for r in range(opts.repeats):
         for kind in kinds if r % 2 == 0 else kinds[::-1]:
             result = spawn(kind, size, beta, opts)
             for key, values in pooled[kind].items():
-                values.extend(result[key][opts.warmup :])
+                if key == "peak_mb":
+                    values.append(result.get("peak_mb", float("nan")))
+                else:
+                    values.extend(result[key][opts.warmup :])
     return pooled
+
+
+def sweep(opts: argparse.Namespace, rate: float) -> None:
+    """Step time, x compute limit and peak memory per (response length, group size) point."""
+    global NEW_TOKENS, SAMPLES
+    from lit_rlhf.models import load_causal_lm
+
+    size, beta = opts.sizes[0], opts.betas[0]
+    lengths = prompt_lengths(SIZES[size])
+    config = load_causal_lm(SIZES[size]).config
+    print(
+        "| size | beta | new tokens | group | framework | step | x compute limit | peak MiB |\n"
+        "|---|---|---|---|---|---|---|---|",
+        flush=True,
+    )
+    for new_tokens in opts.sweep_lengths:
+        for group in opts.sweep_groups:
+            NEW_TOKENS, SAMPLES = new_tokens, group
+            results = measure([*opts.engines, "trl"], size, beta, opts, peak=True)
+            for kind, result in results.items():
+                length = statistics.fmean(result["lengths"] or [NEW_TOKENS])
+                flops = step_flops(config, statistics.fmean(lengths), length, beta)
+                s = summarise(LABELS[kind], result, flops / rate)
+                print(
+                    f"| {size} | {beta:g} | {new_tokens} | {group} | {LABELS[kind]} | "
+                    f"{s['median']:.3f} s | {s['x_limit']:.2f}x | "
+                    f"{max(result['peak_mb']):.0f} |",
+                    flush=True,
+                )
 
 
 def main() -> None:
@@ -339,6 +389,13 @@ def main() -> None:
     parser.add_argument("--child", choices=list(LABELS), help=argparse.SUPPRESS)
     parser.add_argument("--size", choices=list(SIZES), help=argparse.SUPPRESS)
     parser.add_argument("--beta", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help=argparse.SUPPRESS)
+    parser.add_argument("--samples", type=int, default=SAMPLES, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--sweep", action="store_true", help="time the (length x group size) grid instead"
+    )
+    parser.add_argument("--sweep-lengths", nargs="+", type=int, default=[32, 64, 128, 256])
+    parser.add_argument("--sweep-groups", nargs="+", type=int, default=[2, 4, 8, 16])
     opts = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -347,6 +404,13 @@ def main() -> None:
         return
     torch.set_num_threads(opts.threads)
     rate = gemm_rate()
+    if opts.sweep:
+        print(
+            f"fp32 GEMM rate: {rate / 1e9:.0f} GFLOP/s; sweep of {opts.sizes[0]}, beta "
+            f"{opts.betas[0]:g}, {opts.steps} timed steps after {opts.warmup} warm-up"
+        )
+        sweep(opts, rate)
+        return
     lines = [
         f"fp32 GEMM rate (best 1024^3 matmul, {opts.threads} threads): {rate / 1e9:.0f} GFLOP/s. "
         f"Each run is a fresh process; {opts.steps} timed optimizer steps after {opts.warmup} "

@@ -47,9 +47,15 @@ class CriticModel(nn.Module):
         trunk = AutoModel.from_pretrained(resolve(name_or_path), dtype=getattr(torch, dtype))
         return cls(trunk.train(), trunk.config.hidden_size)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> Tensor:
-        """[B, T] ids -> [B, T] values (value of the state after reading token t)."""
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor
+    ) -> Tensor:
+        """[B, T] ids -> [B, T] values (value of the state after reading token t). With no
+        attention mask, restarts in ``position_ids`` separate packed sequences (no KV cache)."""
         out = self.trunk(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
         )
         return self.value_head(out.last_hidden_state)

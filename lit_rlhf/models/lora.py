@@ -1,6 +1,8 @@
 """LoRA adapters (Hu et al. 2021, arXiv 2106.09685) on a causal LM with peft: the wrap, and the
-merged copy that is exported. Within ``with model.disable_adapter():`` (peft) the wrapped model
-computes as its base, e.g. DPO's reference, without a second copy of the weights.
+merged copy that is exported, the merged weights an inference engine serves
+(:func:`served_parameters`), and QLoRA's 4-bit base (``quantize``). Within
+``with model.disable_adapter():`` (peft) the wrapped model computes as its base, e.g. the
+reference of DPO and of the RL modules, without a second copy of the weights.
 
 peft is an optional dependency (the ``[lora]`` extra); it is imported only when LoRA is asked for.
 """
@@ -8,7 +10,14 @@ peft is an optional dependency (the ``[lora]`` extra); it is imported only when 
 from __future__ import annotations
 
 import copy
-from typing import Any
+import importlib.util
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import torch
+from torch import Tensor, nn
 
 
 def lora_wrap(
@@ -37,3 +46,126 @@ def merged_copy(model: Any) -> Any:
     if not callable(getattr(model, "merge_and_unload", None)):
         return model
     return copy.deepcopy(model).merge_and_unload()
+
+
+Quantize = Literal[None, "4bit"]
+_INSTALL_BNB = (
+    "Fix: on a CUDA machine `pip install bitsandbytes`, or set quantize: null (LoRA on the "
+    "unquantized base)."
+)
+
+
+@dataclass(frozen=True)
+class LoRASettings:
+    """The LoRA / QLoRA settings of a module (its ``lora_*`` and ``quantize`` arguments);
+    ``rank`` 0 = no adapters (every weight trains). Ranges are checked with the module's other
+    settings (:func:`lit_rlhf.training.settings.module_setting_rules`)."""
+
+    rank: int = 0
+    alpha: int = 16
+    target_modules: str | list[str] = "all-linear"
+    dropout: float = 0.0
+    quantize: Quantize = None
+
+    @classmethod
+    def from_hparams(cls, hp: Mapping[str, Any]) -> LoRASettings:
+        """From a module's hyperparameters (``lora_rank``, ``lora_alpha``, ...); absent: default."""
+        names = {"rank": "lora_rank", "alpha": "lora_alpha", "dropout": "lora_dropout",
+                 "target_modules": "lora_target_modules", "quantize": "quantize"}  # fmt: skip
+        return cls(**{field: hp[key] for field, key in names.items() if key in hp})
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    def wrap(self, model: Any) -> Any:
+        """``model`` with adapters (:func:`lora_wrap`), itself for rank 0."""
+        return lora_wrap(model, self.rank, self.alpha, self.target_modules, dropout=self.dropout)
+
+    def check(self) -> None:
+        """Refuse ``quantize`` without adapters (a 4-bit base cannot be trained itself)."""
+        if self.quantize not in (None, "4bit"):
+            raise ValueError(f"quantize={self.quantize!r} is not one of [None, '4bit']")
+        if self.quantize is not None and not self.enabled:
+            raise ValueError(
+                f"quantize={self.quantize!r} stores the base weights in 4 bits, which cannot be "
+                "trained; only LoRA adapters can. Fix: set lora_rank > 0 (QLoRA), or quantize: "
+                "null to train every weight."
+            )
+
+
+def check_quantize_supported(quantize: Quantize) -> None:
+    """Refuse ``quantize: 4bit`` where bitsandbytes' 4-bit kernels cannot run (no CUDA device,
+    or bitsandbytes not installed), before any model loads; a no-op for None."""
+    if quantize is None:
+        return
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "quantize='4bit' (QLoRA) needs a CUDA GPU: bitsandbytes' 4-bit weights run on CUDA "
+            "only, and this machine has none. Fix: run on a CUDA machine, or set quantize: null "
+            "(LoRA on the unquantized base, which runs on CPU)."
+        )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise RuntimeError(f"quantize='4bit' (QLoRA) needs bitsandbytes. {_INSTALL_BNB}")
+
+
+def quantization_config(quantize: Quantize) -> Any:
+    """transformers' ``BitsAndBytesConfig`` for ``quantize`` (QLoRA, Dettmers et al. 2023,
+    arXiv 2305.14314: NF4 weights, bf16 compute), None for None."""
+    if quantize is None:
+        return None
+    check_quantize_supported(quantize)
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
+    )
+
+
+def is_lora(model: Any) -> bool:
+    """Whether ``model`` is a peft model (it has adapters that can be switched off)."""
+    return getattr(model, "peft_config", None) is not None and callable(
+        getattr(model, "disable_adapter", None)
+    )
+
+
+def base_model_mode(model: Any) -> AbstractContextManager[Any]:
+    """Inside this context ``model`` computes as its base (the adapters off) when it is a peft
+    model; a no-op otherwise."""
+    return model.disable_adapter() if is_lora(model) else nullcontext()
+
+
+@torch.no_grad()
+def served_parameters(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """The (name, tensor) pairs an inference engine serves: ``model.named_parameters()``, or for
+    a peft model the base model's names with each adapted weight merged,
+    ``W + scaling * B @ A``, computed one layer at a time (no copy of the model); 4-bit base
+    weights are dequantized."""
+    if not is_lora(model):
+        yield from model.named_parameters()
+        return
+    base = cast(Any, model).get_base_model()
+    for name, param in base.named_parameters():
+        if ".lora_" in name:
+            continue
+        if ".base_layer." not in name:
+            yield name, _dense(param)
+            continue
+        owner, _, leaf = name.rpartition(".base_layer.")
+        value = _dense(param)
+        layer = base.get_submodule(owner)
+        if leaf == "weight" and not getattr(layer, "merged", False):
+            for adapter in layer.active_adapters:
+                if adapter in layer.lora_A:
+                    value = value + layer.get_delta_weight(adapter).to(value.dtype)
+        yield f"{owner}.{leaf}", value
+
+
+def _dense(param: Tensor) -> Tensor:
+    """A bitsandbytes 4-bit weight dequantized; any other tensor as it is."""
+    quant_state = getattr(param, "quant_state", None)
+    if quant_state is None:
+        return param
+    import bitsandbytes.functional as bnb_functional
+
+    return bnb_functional.dequantize_4bit(param.data, quant_state)

@@ -228,6 +228,11 @@ class DPOModule(LightningModule):
                     load_causal_lm(hp.reference_model, dtype=hp.reference_dtype or hp.dtype)
                 )
 
+    def export_network(self) -> tuple[Any, Any]:
+        """What ``lit-rlhf export`` writes: the trained model (a peft model with
+        ``lora_rank > 0``; the reference is not exported) and the tokenizer."""
+        return self.model, self.tokenizer
+
     def configure_optimizers(self) -> Any:
         params = [p for p in self.model.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
@@ -370,9 +375,6 @@ def check_dpo_settings(hp: Mapping[str, Any]) -> None:
          ">= 0 and finite (SimPO's target reward margin)"),
         ("micro_batch_size", hp["micro_batch_size"] >= 1, ">= 1"),
         ("max_length", hp["max_length"] >= 2, ">= 2 (a query token and a response token)"),
-        ("lora_rank", hp["lora_rank"] >= 0, ">= 0 (0: no LoRA)"),
-        ("lora_alpha", hp["lora_rank"] == 0 or hp["lora_alpha"] > 0, "> 0 with lora_rank > 0"),
-        ("lora_dropout", 0 <= hp["lora_dropout"] < 1, "in [0, 1)"),
     ]  # fmt: skip
     refuse_out_of_range([*module_setting_rules(hp), *rules], hp)
     _check_combinations(hp)

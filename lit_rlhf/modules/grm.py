@@ -33,6 +33,7 @@ from lit_rlhf.data.prompts import render_chat_prompt
 from lit_rlhf.metrics import JudgeMetrics
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
+from lit_rlhf.models.lora import LoRASettings, check_quantize_supported
 from lit_rlhf.modules.judge_inference import Decision, Inference, JudgeInference
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.verdict import VerdictReward, gold_label
@@ -64,6 +65,8 @@ class GenerativeRewardModule(LightningModule):
     ppo_epochs, mini_batch_size, micro_batch_size, clip_low, clip_high, dual_clip, loss_agg,
         scale_by_std: the GRPO update (see ``PPOModule``; ``mini_batch_size`` counts sequences,
         prompts x ``samples_per_prompt``, per rank).
+    micro_batch_tokens: packed micro-batches of at most this many real tokens instead of
+        ``micro_batch_size`` sequences (see ``PPOModule``; null: padded micro-batches).
     recompute_old_log_probs: recompute the rollout's log-probs with the trainer's forward pass
         instead of the engine's (verl always does; set it with vLLM when a rollout gets more
         than one optimizer step, since vLLM's numerics differ from the trainer's).
@@ -75,6 +78,15 @@ class GenerativeRewardModule(LightningModule):
         ``dtype`` trains only under DeepSpeed's bf16 optimizer; otherwise float32 with
         ``trainer.precision: bf16-mixed``: refused at setup, before any load).
     reference_dtype: the frozen reference's dtype (None: ``dtype``); it may be 16-bit.
+    lora_rank, lora_alpha, lora_target_modules, lora_dropout: 0 = train every weight; > 0 =
+        peft LoRA adapters (the ``[lora]`` extra; arXiv 2106.09685) of this rank on
+        ``lora_target_modules`` (``all-linear``: every linear layer but the head), scaled by
+        ``lora_alpha / lora_rank``, with ``lora_dropout`` in [0, 1). The base is frozen and is the
+        KL's reference (the adapters switched off: no second model is loaded); checkpoints hold
+        the adapters only; vLLM serves the merged weights.
+    quantize: ``4bit`` loads the frozen base in NF4 with bf16 compute (QLoRA, arXiv
+        2305.14314; bitsandbytes on a CUDA GPU; needs ``lora_rank`` > 0); refused at setup on
+        a machine without CUDA or bitsandbytes. None: the base in ``dtype``.
     lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
         lr schedule (warmup, then constant / linear / cosine; once per rollout batch or per
         optimizer step; see ``PPOModule``).
@@ -104,6 +116,7 @@ class GenerativeRewardModule(LightningModule):
         ppo_epochs: int = 1,
         mini_batch_size: int | None = None,
         micro_batch_size: int = 8,
+        micro_batch_tokens: int | None = None,
         clip_low: float = 0.2,
         clip_high: float = 0.2,
         dual_clip: float | None = None,
@@ -137,6 +150,11 @@ class GenerativeRewardModule(LightningModule):
         mismatch_cap: float = 2.0,
         mismatch_low: float = 0.5,
         mismatch_high: float = 2.0,
+        lora_rank: int = 0,
+        lora_alpha: int = 16,
+        lora_target_modules: str | list[str] = "all-linear",
+        lora_dropout: float = 0.0,
+        quantize: Literal[None, "4bit"] = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
@@ -152,6 +170,8 @@ class GenerativeRewardModule(LightningModule):
         _check_settings(hp)
         self.settings = PPOSettings.from_hparams({**hp, "advantage": "grpo"})
         self.lr_settings = LRScheduleSettings.from_hparams(hp)  # validates
+        self.lora = LoRASettings.from_hparams(hp)
+        self.lora.check()  # quantize needs adapters
         self.judge_format = JudgeFormat(
             tuple(hp.tags), hp.subject, hp.response_prefix, hp.response_suffix
         )
@@ -212,6 +232,7 @@ class GenerativeRewardModule(LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the data against the update and the context, before models load
             check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
+            check_quantize_supported(self.lora.quantize)  # before the 4-bit base loads
             self._require_reward_terms()
             self.rl.check_data(self)
 
@@ -230,8 +251,14 @@ class GenerativeRewardModule(LightningModule):
             reference_dtype=hp.reference_dtype,
             reference=self.kl_coef > 0,
             gradient_checkpointing=hp.gradient_checkpointing,
+            lora=self.lora,
         )
         self.policy, self.ref_policy = nets.policy, nets.ref_policy
+
+    def export_network(self) -> tuple[Any, Any]:
+        """What ``lit-rlhf export`` writes: the judge's policy (the reference is not
+        exported) and the tokenizer."""
+        return self.policy, self.tokenizer
 
     def configure_optimizers(self) -> Any:
         params = [p for p in self.policy.parameters() if p.requires_grad]

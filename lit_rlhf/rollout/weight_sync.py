@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ def block_key(name: str) -> str:
     return ".".join(parts[:-1])
 
 
-def gathered(param: nn.Parameter) -> AbstractContextManager[Any]:
+def gathered(param: Tensor) -> AbstractContextManager[Any]:
     """Full-size view of ``param`` inside the context: gathers a DeepSpeed ZeRO-3 partition
     (a collective: every rank must call it in the same order), a no-op otherwise."""
     if hasattr(param, "ds_id"):
@@ -62,7 +62,7 @@ class WeightSnapshot:
         self.tensors: dict[str, Tensor] = {}
 
     @torch.no_grad()
-    def update(self, named_parameters: Iterable[tuple[str, nn.Parameter]]) -> list[str]:
+    def update(self, named_parameters: Iterable[tuple[str, Tensor]]) -> list[str]:
         """Compare each parameter with the copy, refresh the copy, and return the names that
         changed (all of them on the first call)."""
         changed = []

@@ -7,6 +7,10 @@ RLOO (arXiv 2402.14740), KL in the reward (Ziegler et al., arXiv 1909.08593).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -20,8 +24,7 @@ from lit_rlhf.algos import (
     rloo_advantages,
     token_level_rewards,
 )
-from lit_rlhf.models.forward import forward_response
-from lit_rlhf.training.batching import critic_values
+from lit_rlhf.training.packing import rollout_critic_values, rollout_forward
 from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import CriticTargets, Experience, Rollout
 
@@ -37,31 +40,34 @@ def build_experience(
     critic: nn.Module | None = None,
     ref_policy: nn.Module | None = None,
     use_current_as_old: bool = False,
+    reference_mode: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> Experience:
     """Everything the update reads, computed once per rollout.
 
     ``use_current_as_old``: the rollout gets one update, whose own detached log-probs are the old
     ones; if the engine returned none they are written into the experience during that update
     (``Experience.old_from_update``). Otherwise the engine's log-probs are used, or recomputed
-    with a forward pass when ``settings.recompute_old_log_probs``.
+    with a forward pass when ``settings.recompute_old_log_probs``. ``reference_mode``: the
+    context the reference forward runs in (under LoRA ``ref_policy`` is the policy itself and
+    this switches its adapters off).
     """
-    ids, mask, r = rollout.input_ids, rollout.attention_mask, rollout.response_ids.shape[1]
+    budget = settings.micro_batch_tokens  # packed forwards of this many tokens (None: padded)
     old = rollout.sample_log_probs
     value_head = critic is not None and settings.critic == "value_head"
     values = None
     if settings.recompute_old_log_probs or value_head:
-        fwd = forward_response(
-            policy, ids, mask, rollout.response_ids, temperature=temperature, with_hidden=value_head
+        log_probs, hidden = rollout_forward(
+            policy, rollout, budget, temperature=temperature, with_hidden=value_head
         )
-        old = fwd.log_probs if settings.recompute_old_log_probs else old
-        values = critic(fwd.hidden).float() if value_head and critic is not None else None
+        old = log_probs if settings.recompute_old_log_probs else old
+        if value_head and critic is not None and hidden is not None:
+            values = critic(hidden).float()
     if critic is not None and not value_head:
-        values = critic_values(critic, ids, mask, r)
+        values = rollout_critic_values(critic, rollout, budget)
     ref = None
     if ref_policy is not None:
-        ref = forward_response(
-            ref_policy, ids, mask, rollout.response_ids, temperature=temperature
-        ).log_probs
+        with reference_mode():
+            ref = rollout_forward(ref_policy, rollout, budget, temperature=temperature)[0]
     if old is None and not use_current_as_old:
         raise ValueError(
             "several updates per rollout need the rollout's log-probs, but the engine returned "

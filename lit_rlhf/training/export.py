@@ -4,15 +4,22 @@ every module's ``model:`` setting) loads back: ``save_pretrained`` of the model 
 Under DeepSpeed ZeRO-3 each rank holds a partition of every parameter, so the full weights are
 gathered one parameter at a time (every rank in the same order, as the collective needs) and
 rank 0 writes them; under any other strategy ``save_pretrained`` reads the model itself.
+
+The same writer serves ``lit-rlhf export`` (:mod:`lit_rlhf.cli_export`): a module names the
+network it exports with :class:`ExportableModule`, and :func:`save_network` writes it with LoRA
+adapters merged into the weights or kept as a peft adapter folder.
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor, nn
 
+from lit_rlhf.models.lora import merged_copy
 from lit_rlhf.rollout.weight_sync import gathered
 from lit_rlhf.strategies import is_deepspeed
 
@@ -28,10 +35,62 @@ def export_pretrained(
         return False
     state = full_state_dict(trainer, model)
     if trainer.is_global_zero:
-        model.save_pretrained(str(export_dir), state_dict=state)
-        tokenizer.save_pretrained(str(export_dir))
+        write_pretrained(model, tokenizer, export_dir, state_dict=state)
     trainer.strategy.barrier()
     return True
+
+
+def write_pretrained(
+    model: Any, tokenizer: Any, out: str | Path, *, state_dict: dict[str, Tensor] | None = None
+) -> None:
+    """``save_pretrained`` of ``model`` (with ``state_dict`` when given: gathered weights) and of
+    ``tokenizer`` (its chat template included) into ``out``; a peft model writes its adapters."""
+    model.save_pretrained(str(out), state_dict=state_dict)
+    tokenizer.save_pretrained(str(out))
+
+
+LoraExport = Literal["merged", "adapter"]
+ExportDtype = Literal["float32", "bfloat16", "float16"]
+
+
+@runtime_checkable
+class ExportableModule(Protocol):
+    """A LightningModule that ``lit-rlhf export`` can write: it names its exported network."""
+
+    def export_network(self) -> tuple[nn.Module, Any]:
+        """The network written as a transformers folder (a peft model when it has LoRA
+        adapters) and its tokenizer; critics, value heads and references are not exported."""
+        ...
+
+
+def has_adapters(network: Any) -> bool:
+    """Whether ``network`` is a peft model (LoRA adapters on a base)."""
+    return callable(getattr(network, "merge_and_unload", None))
+
+
+def save_network(
+    network: nn.Module,
+    tokenizer: Any,
+    out: str | Path,
+    *,
+    lora: LoraExport = "merged",
+    dtype: ExportDtype | None = None,
+) -> None:
+    """Write ``network`` and ``tokenizer`` to ``out`` (one process, full weights in memory).
+
+    ``lora="merged"``: the adapters merged into a copy of the base weights (a plain
+    transformers folder); ``"adapter"``: peft's adapter folder (``adapter_config.json`` and the
+    adapter weights; the base is the one the run started from). ``dtype`` casts a copy of the
+    written weights (None: as trained). ``network`` itself is left unchanged."""
+    if lora == "adapter" and not has_adapters(network):
+        raise ValueError(
+            "lora='adapter' for a network without LoRA adapters. Fix: lora='merged' (the default)."
+        )
+    written = merged_copy(network) if lora == "merged" else network
+    if dtype is not None:
+        written = copy.deepcopy(written) if written is network else written
+        written = written.to(getattr(torch, dtype))
+    write_pretrained(written, tokenizer, out)
 
 
 def full_state_dict(trainer: Any, model: nn.Module) -> dict[str, Tensor] | None:

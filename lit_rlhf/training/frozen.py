@@ -65,3 +65,33 @@ class FrozenModules:
             frozen = getattr(module, name, None)
             if frozen is not None:
                 weights.update({f"{name}.{k}": v for k, v in frozen.state_dict().items()})
+
+
+def frozen_weight_names(network: nn.Module) -> list[str]:
+    """The state-dict keys of ``network`` that are not trainable parameters: the frozen base of
+    a LoRA-wrapped model (its weights, 4-bit quantization states, persistent buffers)."""
+    trainable = {name for name, p in network.named_parameters() if p.requires_grad}
+    return [name for name in network.state_dict() if name not in trainable]
+
+
+def drop_frozen_weights(checkpoint: dict[str, Any], attribute: str, network: nn.Module) -> None:
+    """Remove the frozen weights of the partly trained ``network`` (held as ``attribute``) from a
+    checkpoint's state dict on save: under LoRA the checkpoint keeps the adapters only, the base
+    being rebuilt from its source on every start, as for :class:`FrozenModules`."""
+    weights = checkpoint.get("state_dict")
+    if weights is None:
+        return
+    for name in frozen_weight_names(network):
+        weights.pop(f"{attribute}.{name}", None)
+
+
+def restore_frozen_weights(checkpoint: dict[str, Any], attribute: str, network: nn.Module) -> None:
+    """The reverse of :func:`drop_frozen_weights` on load: the built network's frozen weights go
+    back into the state dict (where the checkpoint lacks them), so strict loading finds every
+    key."""
+    weights = checkpoint.get("state_dict")
+    if weights is None:
+        return
+    state = network.state_dict()
+    for name in frozen_weight_names(network):
+        weights.setdefault(f"{attribute}.{name}", state[name])

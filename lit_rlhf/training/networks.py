@@ -1,6 +1,7 @@
 """The networks of a policy-optimisation module: the policy, an optional critic (GAE) and an
 optional frozen reference (KL), built in ``configure_model`` so that configs instantiate
-cheaply and ZeRO-3 can build them sharded."""
+cheaply and ZeRO-3 can build them sharded. Under LoRA the policy carries peft adapters over a
+frozen (optionally 4-bit) base, and the reference is that base: no second model is loaded."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from torch import nn
 
 from lit_rlhf.models import CriticModel, ValueHead, load_causal_lm
 from lit_rlhf.models.loading import Dtype
+from lit_rlhf.models.lora import LoRASettings, quantization_config
 from lit_rlhf.strategies import transformers_zero3_context
 from lit_rlhf.training.frozen import freeze
 
@@ -19,7 +21,7 @@ from lit_rlhf.training.frozen import freeze
 class PolicyNetworks:
     policy: nn.Module
     critic: nn.Module | None  # GAE only
-    ref_policy: nn.Module | None  # only with a KL coefficient > 0, frozen
+    ref_policy: nn.Module | None  # only with a KL coefficient > 0 and no LoRA, frozen
 
 
 def build_policy_networks(
@@ -32,17 +34,18 @@ def build_policy_networks(
     critic_model: str | None = None,
     reference: bool = False,
     gradient_checkpointing: bool = False,
+    lora: LoRASettings | None = None,
 ) -> PolicyNetworks:
     """Load the policy from ``model`` (hub id, folder, ``builtin:``); ``critic``: ``separate``
     (a value network from ``critic_model`` or ``model``), ``value_head`` (a head on the policy's
     hidden states) or None; ``reference``: a frozen copy of the starting policy, in
     ``reference_dtype`` (None: ``dtype``; frozen, it may be 16-bit while the trained policy is
     float32). Under ZeRO-3 (``strategy``) the pretrained weights load straight into the
-    partitions."""
+    partitions. ``lora`` (rank > 0): the policy gets adapters (its base frozen, loaded in 4 bits
+    with ``quantize``), and no separate reference is loaded (the base is the reference)."""
+    lora = lora or LoRASettings()
     with transformers_zero3_context(strategy):
-        policy = load_causal_lm(model, dtype=dtype)
-        if gradient_checkpointing:
-            policy.gradient_checkpointing_enable()
+        policy = _load_policy(model, dtype, lora, gradient_checkpointing)
         value: nn.Module | None = None
         if critic == "value_head":
             value = ValueHead(policy.config.hidden_size)
@@ -51,5 +54,17 @@ def build_policy_networks(
         elif critic is not None:
             raise ValueError(f"critic must be 'separate', 'value_head' or None, got {critic!r}")
         ref_dtype = reference_dtype or dtype
-        ref = freeze(load_causal_lm(model, dtype=ref_dtype)) if reference else None
+        separate = reference and not lora.enabled
+        ref = freeze(load_causal_lm(model, dtype=ref_dtype)) if separate else None
     return PolicyNetworks(policy, value, ref)
+
+
+def _load_policy(model: str, dtype: Dtype, lora: LoRASettings, gradient_checkpointing: bool) -> Any:
+    quantized = quantization_config(lora.quantize)
+    extra = {} if quantized is None else {"quantization_config": quantized}
+    policy = load_causal_lm(model, dtype=dtype, **extra)
+    if gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+        if lora.enabled:  # frozen embeddings: checkpointed blocks need inputs that want grads
+            policy.enable_input_require_grads()
+    return lora.wrap(policy)

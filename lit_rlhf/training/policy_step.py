@@ -4,12 +4,15 @@ judge prompts. The module keeps the networks and the training counters; this kee
 settings, the rollout collector, the optimizer step and the mini-batch shuffling.
 
 The module must have: ``policy``, ``critic`` (None without GAE), ``ref_policy`` (None without a
-KL), ``tokenizer``, a float ``kl_coef`` (an adaptive controller may move it) and an int
-``rollout_step``; it uses manual optimisation with one optimizer.
+KL, and under LoRA, where the reference is ``policy`` with its adapters off), ``tokenizer``, a
+float ``kl_coef`` (an adaptive controller may move it) and an int ``rollout_step``; it uses
+manual optimisation with one optimizer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any
 
@@ -19,9 +22,10 @@ from torch import Tensor
 from lit_rlhf.algos import overlong_penalty, truncated_responses
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.loading import context_length
+from lit_rlhf.models.lora import is_lora
 from lit_rlhf.training.dynamic_sampling import DynamicSampler
 from lit_rlhf.training.experience import build_experience, experience_stats
-from lit_rlhf.training.frozen import FrozenModules
+from lit_rlhf.training.frozen import FrozenModules, drop_frozen_weights, restore_frozen_weights
 from lit_rlhf.training.lr_schedule import LRScheduleSettings
 from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.ppo_update import PPOUpdate
@@ -31,7 +35,14 @@ from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import Experience, Rollout
 
 # the module settings that decide which networks a checkpoint's weights belong to
-_NETWORK_SETTINGS = ("model", "advantage", "critic", "critic_model")
+_NETWORK_SETTINGS = (
+    "model",
+    "advantage",
+    "critic",
+    "critic_model",
+    "lora_rank",
+    "lora_target_modules",
+)
 
 
 class PolicyStep:
@@ -161,6 +172,7 @@ class PolicyStep:
     def prepare(self, module: Any, rollout: Rollout) -> Experience:
         """Old log-probs, reference log-probs, values and advantages for the whole rollout;
         with ``overlong_filter`` the truncated responses are left out of the loss."""
+        ref_policy, reference_mode = self.reference(module)
         experience = build_experience(
             rollout,
             policy=module.policy,
@@ -168,12 +180,24 @@ class PolicyStep:
             temperature=self.collector.engine.temperature,
             kl_coef=module.kl_coef,
             critic=module.critic,
-            ref_policy=module.ref_policy,
+            ref_policy=ref_policy,
             use_current_as_old=self.settings.single_update(len(rollout)),
+            reference_mode=reference_mode,
         )
         if self.settings.overlong_filter:
             experience.loss_mask = ~self.truncated(module, rollout)
         return experience
+
+    @staticmethod
+    def reference(module: Any) -> tuple[Any, Callable[[], AbstractContextManager[Any]]]:
+        """The KL's reference network and the context its forward runs in: the separate frozen
+        copy; under LoRA (with ``kl_coef`` > 0) the policy itself with its adapters switched
+        off; else None."""
+        if module.ref_policy is not None:
+            return module.ref_policy, nullcontext
+        if module.kl_coef > 0 and is_lora(module.policy):
+            return module.policy, module.policy.disable_adapter
+        return None, nullcontext
 
     def truncated(self, module: Any, rollout: Rollout) -> Tensor:
         """[B] bool: responses the engine's ``max_new_tokens`` cut (no end-of-sequence token)."""
@@ -256,8 +280,8 @@ class PolicyStep:
     def save(self, module: Any, checkpoint: dict[str, Any]) -> None:
         """``on_save_checkpoint``: the counters (rollouts, skipped optimizer steps, the lr
         schedule's), the KL coefficient, the shuffling state and a stateful reward's
-        ``state_dict()`` go into the checkpoint; the frozen reference (the starting model,
-        reloaded on every start) does not."""
+        ``state_dict()`` go into the checkpoint; the frozen reference and, under LoRA, the
+        policy's frozen base (the starting model, reloaded on every start) do not."""
         checkpoint["lit_rlhf"] = {
             "rollout_step": module.rollout_step,
             "kl_coef": module.kl_coef,
@@ -270,12 +294,18 @@ class PolicyStep:
         if callable(reward_state):  # a stateful reward (e.g. ScalarRMReward's running mean)
             checkpoint["lit_rlhf"]["reward"] = reward_state()
         self.frozen.drop(checkpoint)
+        policy: Any = getattr(module, "policy", None)
+        if is_lora(policy):  # the adapters only
+            drop_frozen_weights(checkpoint, "policy", policy)
 
     def load(self, module: Any, checkpoint: dict[str, Any]) -> None:
-        """``on_load_checkpoint``: the reverse of :meth:`save` (the reference's weights are put
-        back into the state dict, so strict loading finds every key). A checkpoint of other
-        networks (another ``model``) is refused with both models named."""
+        """``on_load_checkpoint``: the reverse of :meth:`save` (the reference's and the LoRA
+        base's weights are put back into the state dict, so strict loading finds every key). A
+        checkpoint of other networks (another ``model``) is refused with both models named."""
         self.frozen.restore(module, checkpoint)
+        policy: Any = getattr(module, "policy", None)
+        if is_lora(policy):
+            restore_frozen_weights(checkpoint, "policy", policy)
         check_checkpoint_weights(module, checkpoint, settings=_NETWORK_SETTINGS)
         state = checkpoint.get("lit_rlhf", {})
         module.rollout_step = state.get("rollout_step", 0)

@@ -30,14 +30,24 @@ from lit_rlhf.algos import (
     mismatch_stats,
     truncated_importance_weights,
 )
+from lit_rlhf.models.chunked import pack_rows, packed_response_forward
 from lit_rlhf.models.forward import forward_response
+from lit_rlhf.strategies import is_deepspeed
 from lit_rlhf.training.batching import critic_values, minibatches, trim_columns
 from lit_rlhf.training.faults import SKIPPED_STEPS_KEY
 from lit_rlhf.training.lr_schedule import LR_KEY
 from lit_rlhf.training.optimization import OptimizerStep
+from lit_rlhf.training.packing import (
+    agree_max,
+    group_minibatches,
+    packed_critic_values,
+    plan_token_budget,
+    row_tokens,
+)
 from lit_rlhf.training.protocols import (
     PolicyLossContext,
     gradient_task_labels,
+    loss_terms_read_logits,
     task_gradient_hook,
 )
 from lit_rlhf.training.settings import PPOSettings
@@ -51,6 +61,9 @@ class MicroBatch(NamedTuple):
     num_tokens: Tensor  # response tokens in the whole mini-batch (token-mean denominator)
     num_seqs: int  # sequences in the whole mini-batch
     task: str = ""  # the rows' task when micro-batches are split by task, else ""
+    # a zero-weight repeat of a row, run only so that every rank runs as many forward passes
+    # (packing under DDP / ZeRO-3); it records no diagnostics
+    padding: bool = False
 
 
 def _task_of(micro: MicroBatch) -> str:
@@ -59,6 +72,15 @@ def _task_of(micro: MicroBatch) -> str:
 
 def no_loss_terms(ctx: PolicyLossContext) -> tuple[Tensor, dict[str, Tensor]]:
     return torch.zeros_like(ctx.per_token_loss), {}
+
+
+class _Forward(NamedTuple):
+    """The current policy's (and critic's) outputs for one micro-batch, [b, R] layout."""
+
+    log_probs: Tensor  # [b, R] fp32
+    logits: Tensor  # [b, R, V] tempered logits ([b, R, 0] when packed and no callback reads them)
+    full_vocab: tuple[Tensor, Tensor] | None  # packed: (entropy, top-1) [b, R] from the chunks
+    values: Tensor | None  # [b, R] critic values (when a critic is trained)
 
 
 class PPOUpdate:
@@ -110,6 +132,11 @@ class PPOUpdate:
         self.stats: dict[str, list[Tensor]] = defaultdict(list)
         # the per-task split's labels (the rollout's, or a null control's permutation of them)
         self.task_labels: list[str] | None = None
+        # packing: build full logits for a loss-term callback that reads them; agree on the
+        # LM-head chunk count across ranks (ZeRO-3 gathers weights inside every call)
+        self.read_logits = False
+        self.zero3 = False
+        self._quiet = False  # a padding micro-batch records nothing
 
     def run(
         self,
@@ -133,10 +160,13 @@ class PPOUpdate:
             if by_task
             else None
         )
+        self.read_logits = loss_terms_read_logits(getattr(module, "_trainer", None))
+        strategy = getattr(getattr(module, "_trainer", None), "strategy", None)
+        self.zero3 = is_deepspeed(strategy) and bool(getattr(strategy, "zero_stage_3", False))
         steps = self.settings.ppo_epochs * math.ceil(n / size)
         done = 0
         for _ in range(self.settings.ppo_epochs):
-            for index in minibatches(n, size, generator=generator):
+            for index in self._minibatches(n, size, generator):
                 micro = self.micro_batches(index, by_task=by_task)
                 where = (done, steps)
                 self.add(
@@ -146,59 +176,112 @@ class PPOUpdate:
                 after_step()
         return self.means()
 
+    def _minibatches(self, n: int, size: int, generator: torch.Generator) -> list[Tensor]:
+        """Shuffled mini-batches: of rows (padded path), of whole prompt groups (packing)."""
+        if self.settings.micro_batch_tokens is None:
+            return list(minibatches(n, size, generator=generator))
+        return group_minibatches(self.experience.rollout.group_ids.cpu(), size, generator=generator)
+
     def micro_batches(self, index: Tensor, *, by_task: bool = False) -> list[MicroBatch]:
         """The micro-batches of the mini-batch ``index`` [b] (rows of the experience); with
         ``by_task`` each holds rows of one task (the rollout's ``tasks``) for a per-task
-        gradient callback (MGS). The token-mean denominator stays the whole mini-batch's."""
+        gradient callback (MGS). The token-mean denominator stays the whole mini-batch's.
+        With ``micro_batch_tokens`` they are token-budget plans of whole groups
+        (:func:`~lit_rlhf.training.packing.plan_token_budget`), equal in number on every rank."""
         mask = self.experience.counted[index]
         n_tokens = mask.sum().clamp(min=1)
-        size = self.settings.micro_batch_size
         if not by_task:
-            return [MicroBatch(micro, n_tokens, len(index)) for micro in index.split(size)]
-        tasks = self.task_labels or self.experience.rollout.tasks
-        groups: dict[str, list[int]] = {}
-        for row in index.tolist():
-            groups.setdefault(tasks[row], []).append(row)
-        return [
+            parts = [("", index)]
+        else:
+            tasks = self.task_labels or self.experience.rollout.tasks
+            groups: dict[str, list[int]] = {}
+            for row in index.tolist():
+                groups.setdefault(tasks[row], []).append(row)
+            parts = [(t, torch.tensor(groups[t], dtype=index.dtype)) for t in sorted(groups)]
+        out = [
             MicroBatch(micro, n_tokens, len(index), task)
-            for task in sorted(groups)
-            for micro in torch.tensor(groups[task], dtype=index.dtype).split(size)
+            for task, rows in parts
+            for micro in self._split(rows)
         ]
+        if self.settings.micro_batch_tokens is None:
+            return out
+        extra = agree_max(len(out), n_tokens.device) - len(out)
+        return out + [out[0]._replace(rows=out[0].rows[:1], padding=True)] * extra
+
+    def _split(self, rows: Tensor) -> list[Tensor]:
+        budget = self.settings.micro_batch_tokens
+        if budget is None:
+            return list(rows.split(self.settings.micro_batch_size))
+        ro = self.experience.rollout
+        return plan_token_budget(rows, row_tokens(ro)[rows], ro.group_ids.cpu()[rows], budget)
 
     def loss(self, mb: MicroBatch) -> Tensor:
         """The micro-batch's share of the mini-batch loss (policy + KL + callback terms +
-        value)."""
+        value); a padding micro-batch's is 0 (its forward and backward still run)."""
+        if mb.padding:
+            self._quiet = True
+            try:
+                return self.loss(mb._replace(padding=False)) * 0.0
+            finally:
+                self._quiet = False
         exp, s, micro = self.experience, self.settings, mb.rows
         ro = exp.rollout
         pcols, rcols = trim_columns(ro.prompt_mask[micro], ro.response_mask[micro])
-        r_ids, attn_r = ro.response_ids[micro][:, rcols], ro.response_mask[micro][:, rcols]
         mask = exp.counted[micro][:, rcols]
-        ids = torch.cat([ro.prompt_ids[micro][:, pcols], r_ids], dim=1)
-        attn = torch.cat([ro.prompt_mask[micro][:, pcols], attn_r], dim=1)
-        value_head = self.critic is not None and s.critic == "value_head"
-        fwd = forward_response(
-            self.policy, ids, attn, r_ids, temperature=self.temperature, with_hidden=value_head
-        )
+        fwd = self._forward(micro, pcols, rcols)
         adv = exp.advantages[micro][:, rcols]
-        old = self._old_log_probs(fwd.log_probs, micro, rcols, attn_r)
+        old = self._old_log_probs(fwd.log_probs, micro, rcols, ro.response_mask[micro][:, rcols])
         pg = self._policy_loss(fwd.log_probs, old, adv, mask, micro, rcols)
         kl = self._kl_loss(fwd.log_probs, old, micro, rcols, mask)
         per_token = pg if kl is None else pg + kl
         ctx = PolicyLossContext(fwd.logits, fwd.log_probs, old, adv, mask, pg)
+        if fwd.full_vocab is not None:
+            ctx._full_vocab = fwd.full_vocab
         extra, extra_stats = self.loss_terms(ctx)
         agg = partial(aggregate_loss, mode=s.loss_agg, norm_length=self.norm_length)
         loss = agg(per_token + extra, mask, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs)
         self._record("ppo/policy_loss", agg(pg, mask))
-        if self.critic is not None:
-            values = (
-                self.critic(fwd.hidden).float()
-                if value_head
-                else critic_values(self.critic, ids, attn, mask.shape[1])
-            )
-            loss = loss + self._value_loss(values, micro, rcols, mask, mb)
+        if fwd.values is not None:
+            loss = loss + self._value_loss(fwd.values, micro, rcols, mask, mb)
         self._record("ppo/entropy", ctx.full_vocab_means()["entropy"])
         self.add(extra_stats)
         return loss
+
+    def _forward(self, micro: Tensor, pcols: slice, rcols: slice) -> _Forward:
+        """The policy's (and critic's) forward over the micro-batch's trimmed columns: padded,
+        or packed with chunked log-probs when ``micro_batch_tokens`` is set."""
+        ro = self.experience.rollout
+        p_ids, p_mask = ro.prompt_ids[micro][:, pcols], ro.prompt_mask[micro][:, pcols]
+        r_ids, r_mask = ro.response_ids[micro][:, rcols], ro.response_mask[micro][:, rcols]
+        value_head = self.critic is not None and self.settings.critic == "value_head"
+        separate = None if value_head else self.critic
+        if self.settings.micro_batch_tokens is None:
+            ids, attn = torch.cat([p_ids, r_ids], dim=1), torch.cat([p_mask, r_mask], dim=1)
+            fwd = forward_response(
+                self.policy, ids, attn, r_ids, temperature=self.temperature, with_hidden=value_head
+            )
+            values = (
+                None if separate is None else critic_values(separate, ids, attn, r_ids.shape[1])
+            )
+            logits, log_probs, full_vocab, hidden = fwd.logits, fwd.log_probs, None, fwd.hidden
+        else:
+            packed = pack_rows(p_ids, p_mask, r_ids, r_mask)
+            device = packed.input_ids.device
+            pk = packed_response_forward(
+                self.policy, packed, temperature=self.temperature, with_hidden=value_head,
+                full_logits=self.read_logits,
+                num_chunks=(lambda k: agree_max(k, device)) if self.zero3 else (lambda k: k),
+            )  # fmt: skip
+            log_probs, full_vocab, hidden = pk.log_probs, (pk.entropy, pk.top1), pk.hidden
+            logits = pk.logits if pk.logits is not None else log_probs.new_empty((*r_ids.shape, 0))
+            values = (
+                None
+                if separate is None
+                else packed_critic_values(separate, p_ids, p_mask, r_ids, r_mask)
+            )
+        if value_head and self.critic is not None and hidden is not None:
+            values = self.critic(hidden).float()
+        return _Forward(log_probs, logits, full_vocab, values)
 
     def _policy_loss(
         self, log_probs: Tensor, old: Tensor, adv: Tensor, mask: Tensor, micro: Tensor,
@@ -281,7 +364,8 @@ class PPOUpdate:
         )  # fmt: skip
 
     def _record(self, key: str, value: Tensor) -> None:
-        self.stats[key].append(value.detach().float())
+        if not self._quiet:
+            self.stats[key].append(value.detach().float())
 
     def add(self, stats: dict[str, Any]) -> None:
         """Record scalar diagnostics (averaged by :meth:`means`)."""

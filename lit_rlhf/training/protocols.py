@@ -13,7 +13,10 @@ Loss terms, between computing the per-token policy loss and aggregating it::
 A callback takes part by defining ``policy_loss_term(trainer, pl_module, ctx)`` returning a
 per-token term [b, R] (zero outside ``mask``) and a dict of detached scalar diagnostics, or
 ``None`` to abstain this step. Terms are summed; diagnostics are returned under
-``<callback class name>/<key>`` for the module to log.
+``<callback class name>/<key>`` for the module to log. Under packing (``micro_batch_tokens``)
+the context keeps these per-sequence shapes; its ``logits`` are built only when some loss-term
+callback may read them (one without a class attribute ``reads_logits = False``), else they are
+an empty [b, R, 0] tensor and ``full_vocab_stats`` come precomputed from the chunked head.
 
 Reward terms, after the injected reward scored a rollout and before advantages::
 
@@ -104,6 +107,13 @@ def policy_loss_terms(
         name = type(callback).__name__
         stats.update({f"{name}/{k}": v.detach() for k, v in term_stats.items()})
     return total, stats
+
+
+def loss_terms_read_logits(trainer: Any) -> bool:
+    """Whether a :class:`PolicyLossTerm` callback of ``trainer`` may read
+    ``PolicyLossContext.logits``: every one that does not declare ``reads_logits = False``
+    (the packed update then builds the [b, R, V] logits for it)."""
+    return any(getattr(c, "reads_logits", True) for c in _callbacks(trainer, PolicyLossTerm))
 
 
 @dataclass

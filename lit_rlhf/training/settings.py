@@ -39,6 +39,7 @@ class PPOSettings:
     ppo_epochs: int = 1
     mini_batch_size: int | None = None
     micro_batch_size: int = 8
+    micro_batch_tokens: int | None = None
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float | None = None
@@ -80,6 +81,9 @@ class PPOSettings:
             ("samples_per_prompt", self.samples_per_prompt >= 1, ">= 1"),
             ("ppo_epochs", self.ppo_epochs >= 1, ">= 1"),
             ("micro_batch_size", self.micro_batch_size >= 1, ">= 1"),
+            ("micro_batch_tokens", self.micro_batch_tokens is None or self.micro_batch_tokens >= 1,
+             ">= 1 token (prompt + response tokens per packed micro-batch), or null (padded "
+             "micro-batches of micro_batch_size sequences)"),
             ("mini_batch_size", self.mini_batch_size is None or self.mini_batch_size >= 1,
              ">= 1, or null for the whole rollout"),
             ("clip_low", 0 < self.clip_low < 1, "in (0, 1): the ratio's lower bound 1 - clip_low"),
@@ -106,7 +110,10 @@ class PPOSettings:
         ]  # fmt: skip
         for name, ok, wanted in rules:
             if not ok:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be {wanted}")
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} must be {wanted}. Fix: set {name} in that "
+                    "range."
+                )
         self._check_combinations()
 
     def _check_combinations(self) -> None:
@@ -191,7 +198,21 @@ def module_setting_rules(hparams: Mapping[str, Any]) -> list[tuple[str, bool, st
             lambda v: 0 <= v < math.inf,
         ),
     }
-    return [(k, check(hparams[k]), wanted) for k, (wanted, check) in rules.items() if k in hparams]
+    found = [(k, check(hparams[k]), wanted) for k, (wanted, check) in rules.items() if k in hparams]
+    return [*found, *lora_setting_rules(hparams)]
+
+
+def lora_setting_rules(hparams: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+    """(name, ok, wanted) for the LoRA settings (``lora_rank``, ``lora_alpha``,
+    ``lora_dropout``) of a module that has them; none otherwise."""
+    if "lora_rank" not in hparams:
+        return []
+    rank = hparams["lora_rank"]
+    return [
+        ("lora_rank", rank >= 0, ">= 0 (0: no LoRA)"),
+        ("lora_alpha", rank == 0 or hparams["lora_alpha"] > 0, "> 0 with lora_rank > 0"),
+        ("lora_dropout", 0 <= hparams.get("lora_dropout", 0.0) < 1, "in [0, 1)"),
+    ]
 
 
 def refuse_out_of_range(rules: Sequence[tuple[str, bool, str]], values: Mapping[str, Any]) -> None:

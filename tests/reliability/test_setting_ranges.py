@@ -33,6 +33,7 @@ RANGES: dict[str, tuple[str, list[Any]]] = {
     "ppo_epochs": (">= 1", [0]),
     "mini_batch_size": (">= 1, or null (the whole rollout)", [0]),
     "micro_batch_size": (">= 1", [0, -2]),
+    "micro_batch_tokens": (">= 1 token, or null (padded micro-batches)", [0, -64]),
     "clip_low": ("(0, 1)", [0.0, 1.0, NAN]),
     "clip_high": ("> 0", [0.0, -0.2, NAN]),
     "dual_clip": ("> 1, or null", [1.0, 0.5]),
@@ -100,6 +101,8 @@ COMPANIONS: dict[tuple[type, str], dict[str, Any]] = {
     (CompressorDecoderModule, "lora_alpha"): {"lora_rank": 4},
     (CompressorDecoderModule, "lora_dropout"): {"lora_rank": 4},
     (DPOModule, "lora_alpha"): {"lora_rank": 4},
+    (PPOModule, "lora_alpha"): {"lora_rank": 4},
+    (GenerativeRewardModule, "lora_alpha"): {"lora_rank": 4},
 }
 
 
