@@ -62,6 +62,10 @@ from lit_rlhf.training.faults import CheckpointOnInterrupt
 from lit_rlhf.training.precision import resolve_precision
 
 _EVALUATE = ("validate", "test", "predict")
+_EXPORT_EPILOG = (
+    "lit-rlhf export --config RUN.yaml --ckpt_path CKPT --out DIR: a trained module's network "
+    "as a transformers folder (lit-rlhf export --help)."
+)
 
 
 class LitRLHFTrainer(Trainer):
@@ -205,6 +209,8 @@ def cli_main(
         # so the CLI does not offer them (the module docstring says why)
         auto_configure_optimizers=False,
         trainer_class=LitRLHFTrainer,  # trainer.precision: auto
+        # the root parser's help names the subcommand that LightningCLI does not know
+        parser_kwargs={"epilog": _EXPORT_EPILOG},
         args=args,
         run=run,
     )

@@ -38,11 +38,11 @@ from lightning import LightningModule
 from lit_rlhf import cli_checkpoints as ckpt
 from lit_rlhf.cli import LitRLHFCLI, cli_main
 from lit_rlhf.cli_export_weights import load_network_weights, read_checkpoint
+from lit_rlhf.models.lora import is_lora
 from lit_rlhf.training.export import (
     ExportableModule,
     ExportDtype,
     LoraExport,
-    has_adapters,
     save_network,
 )
 
@@ -226,7 +226,7 @@ def export_module(module: LightningModule, options: ExportOptions) -> Path:
     ckpt.check_module(options.ckpt_path, hparams, f"{type(module).__module__}.{name}")
     module.configure_model()
     network, tokenizer = module.export_network()
-    if options.lora == "adapter" and not has_adapters(network):
+    if options.lora == "adapter" and not is_lora(network):
         raise ExportError(
             f"--lora adapter: {name}'s network has no LoRA adapters (lora_rank: "
             f"{hparams.get('lora_rank', 0)}). Fix: --lora merged (the default) writes its "
@@ -236,7 +236,7 @@ def export_module(module: LightningModule, options: ExportOptions) -> Path:
     if options.out.exists():  # checked: empty, or a previous export replaced by --overwrite
         shutil.rmtree(options.out)
     save_network(network, tokenizer, options.out, lora=options.lora, dtype=options.dtype)
-    kind = "adapter" if options.lora == "adapter" and has_adapters(network) else "model"
+    kind = "adapter" if options.lora == "adapter" and is_lora(network) else "model"
     print(f"lit-rlhf export: {name}.{where} ({kind}) and its tokenizer -> {options.out}")
     if options.push_to_hub is not None:
         push_folder(options.out, options.push_to_hub, dry_run=options.dry_run)

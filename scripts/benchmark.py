@@ -31,6 +31,10 @@ peak memory (CUDA: ``max_memory_allocated``; CPU: peak RSS of the run's process)
 
     .venv-bench/bin/python scripts/benchmark.py --sweep --sizes tiny --betas 0 \
         --sweep-lengths 64 256 --sweep-groups 4 16 --steps 3 --warmup 1 --repeats 1
+
+``--micro-batch-tokens N`` runs lit-rlhf's update packed (``micro_batch_tokens: N``: token-budget
+micro-batches of whole groups, padding-free, chunked log-probs) instead of one padded
+micro-batch of the whole rollout.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import torch
 
 SIZES = {"tiny": "builtin:small-llama", "mid": "builtin:mid-llama"}
 PROMPTS, PROMPTS_PER_STEP, SAMPLES, NEW_TOKENS, LR = 256, 8, 4, 64, 1e-6
+MICRO_BATCH_TOKENS: int | None = None  # --micro-batch-tokens: lit-rlhf's packed update
 QUESTION = "Use the numbers {numbers} to make {target}."  # 13-16 tokens
 
 
@@ -161,6 +166,7 @@ def run_lit_rlhf(model: str, beta: float, total_steps: int, engine_kind: str) ->
         samples_per_prompt=SAMPLES,
         advantage="grpo",
         micro_batch_size=PROMPTS_PER_STEP * SAMPLES,
+        micro_batch_tokens=MICRO_BATCH_TOKENS,  # None: padded micro-batches of the whole rollout
         clip_low=0.2,
         clip_high=0.2,
         kl_coef=beta,
@@ -298,8 +304,9 @@ def child(opts: argparse.Namespace) -> None:
     torch.set_num_threads(opts.threads)
     model = SIZES[opts.size]
     total = opts.warmup + opts.steps
-    global NEW_TOKENS, SAMPLES
+    global NEW_TOKENS, SAMPLES, MICRO_BATCH_TOKENS
     NEW_TOKENS, SAMPLES = opts.new_tokens, opts.samples
+    MICRO_BATCH_TOKENS = opts.micro_batch_tokens
     if opts.child == "trl":
         result = run_trl(model, opts.beta, total)
     else:
@@ -316,6 +323,8 @@ def spawn(kind: str, size: str, beta: float, opts: argparse.Namespace) -> dict[s
     args += ["--steps", str(opts.steps), "--warmup", str(opts.warmup)]
     args += ["--threads", str(opts.threads)]
     args += ["--new-tokens", str(NEW_TOKENS), "--samples", str(SAMPLES)]
+    if opts.micro_batch_tokens is not None:
+        args += ["--micro-batch-tokens", str(opts.micro_batch_tokens)]
     out = subprocess.run(args, capture_output=True, text=True)
     if out.returncode != 0:
         tail = "\n".join(out.stderr.strip().splitlines()[-15:])
@@ -396,6 +405,12 @@ def main() -> None:
     )
     parser.add_argument("--sweep-lengths", nargs="+", type=int, default=[32, 64, 128, 256])
     parser.add_argument("--sweep-groups", nargs="+", type=int, default=[2, 4, 8, 16])
+    parser.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=None,
+        help="lit-rlhf's update packed in micro-batches of this many tokens (default: padded)",
+    )
     opts = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

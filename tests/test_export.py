@@ -202,6 +202,9 @@ def test_help_offers_the_export_options(capsys: pytest.CaptureFixture[str]) -> N
                    "--dry_run"):  # fmt: skip
         assert option in printed
     assert printed.startswith("usage: lit-rlhf export")
+    with pytest.raises(SystemExit):
+        main(["--help"])  # the root help names the subcommand LightningCLI does not know
+    assert "lit-rlhf export --config" in capsys.readouterr().out
 
 
 def test_ppo_lora_exports_merged_and_as_adapter(tmp_path: Path) -> None:
@@ -210,8 +213,7 @@ def test_ppo_lora_exports_merged_and_as_adapter(tmp_path: Path) -> None:
     peft = pytest.importorskip("peft")
     lora = ["--model.init_args.lora_rank=4"]
     module, ckpt = train_and_save(PPO, tmp_path, *lora)
-    if not hasattr(module.policy, "peft_config"):
-        pytest.skip("PPOModule's lora_rank does not wrap the policy with peft (yet)")
+    assert hasattr(module.policy, "peft_config"), "lora_rank > 0 wraps the policy with peft"
     merged = assert_round_trip(
         module.policy, module.tokenizer, export(PPO, ckpt, tmp_path / "m", *lora)
     )

@@ -37,21 +37,11 @@ def check_compressor_settings(hp: Mapping[str, Any]) -> None:
             f"compressor_layers must be >= 1 or None (the whole model), got {layers!r}"
         )
     _check_weights(hp["ae_weight"], hp["lm_weight"])
-    refuse_out_of_range(module_setting_rules(hp), hp)
+    refuse_out_of_range(module_setting_rules(hp), hp)  # also lora_rank, lora_alpha, lora_dropout
     if hp["micro_batch_size"] < 1:
         raise ValueError(f"micro_batch_size must be >= 1, got {hp['micro_batch_size']}")
     if hp["max_new_tokens"] is not None and hp["max_new_tokens"] < 1:
         raise ValueError(f"max_new_tokens must be >= 1 or None, got {hp['max_new_tokens']}")
-    if hp["lora_rank"] < 0 or (hp["lora_rank"] > 0 and not hp["lora_alpha"] > 0):
-        raise ValueError(
-            f"need lora_rank >= 0 (0: no LoRA) and lora_alpha > 0; got {hp['lora_rank']}, "
-            f"{hp['lora_alpha']}"
-        )
-    if not 0.0 <= hp.get("lora_dropout", 0.0) < 1.0:
-        raise ValueError(
-            f"lora_dropout must be in [0, 1), got {hp['lora_dropout']}. Fix: 0.0 (none) or a "
-            "small rate such as ICAE's 0.05."
-        )
 
 
 def memory_tokens(rate: float, context_tokens: int) -> int:

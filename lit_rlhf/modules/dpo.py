@@ -392,9 +392,3 @@ def _check_combinations(hp: Mapping[str, Any]) -> None:
             f"loss='simpo' is reference-free: no reference model is loaded, so {reference} "
             "would change nothing. Fix: remove them, or use loss: sigmoid / ipo."
         )
-    if hp["lora_rank"] > 0 and hp["reference_model"] is None and hp["reference_dtype"]:
-        raise ValueError(
-            "reference_dtype with lora_rank > 0: the reference is the trained network with its "
-            "adapters off (in dtype), not a copy, so reference_dtype would change nothing. Fix: "
-            "remove reference_dtype, or give a separate reference_model."
-        )

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from lit_rlhf.models.lora import merged_copy
+from lit_rlhf.models.lora import is_lora, merged_copy
 from lit_rlhf.rollout.weight_sync import gathered
 from lit_rlhf.strategies import is_deepspeed
 
@@ -63,11 +63,6 @@ class ExportableModule(Protocol):
         ...
 
 
-def has_adapters(network: Any) -> bool:
-    """Whether ``network`` is a peft model (LoRA adapters on a base)."""
-    return callable(getattr(network, "merge_and_unload", None))
-
-
 def save_network(
     network: nn.Module,
     tokenizer: Any,
@@ -82,7 +77,7 @@ def save_network(
     transformers folder); ``"adapter"``: peft's adapter folder (``adapter_config.json`` and the
     adapter weights; the base is the one the run started from). ``dtype`` casts a copy of the
     written weights (None: as trained). ``network`` itself is left unchanged."""
-    if lora == "adapter" and not has_adapters(network):
+    if lora == "adapter" and not is_lora(network):
         raise ValueError(
             "lora='adapter' for a network without LoRA adapters. Fix: lora='merged' (the default)."
         )

@@ -208,10 +208,19 @@ def lora_setting_rules(hparams: Mapping[str, Any]) -> list[tuple[str, bool, str]
     if "lora_rank" not in hparams:
         return []
     rank = hparams["lora_rank"]
+    # under LoRA the reference is the trained network with its adapters off, not a copy
+    copy_of_reference = hparams.get("reference_model") is not None
     return [
         ("lora_rank", rank >= 0, ">= 0 (0: no LoRA)"),
         ("lora_alpha", rank == 0 or hparams["lora_alpha"] > 0, "> 0 with lora_rank > 0"),
         ("lora_dropout", 0 <= hparams.get("lora_dropout", 0.0) < 1, "in [0, 1)"),
+        (
+            "reference_dtype",
+            rank == 0 or copy_of_reference or hparams.get("reference_dtype") is None,
+            "null with lora_rank > 0 (the reference is the trained network with its adapters "
+            "off, in dtype, so reference_dtype would change nothing; a separate "
+            "reference_model, where the module has one, may take it)",
+        ),
     ]
 
 

@@ -170,3 +170,16 @@ def test_quantize_needs_adapters_and_is_refused_without_cuda(tmp_path):
     module = PPOModule(reward=DigitFractionReward(), model="no/such-model", quantize="4bit", **LORA)
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         quiet_trainer(tmp_path).fit(module, datamodule=countdown("builtin:tiny-llama"))
+
+
+def test_reference_dtype_under_lora_is_refused():
+    """Under LoRA the reference is the policy with its adapters off: a reference dtype would
+    change nothing, so it is refused when the module is built (before any model loads)."""
+    with pytest.raises(ValueError, match=r"reference_dtype='bfloat16' must be null with lora"):
+        PPOModule(
+            reward=DigitFractionReward(), model="no/such-model", kl_coef=0.1,
+            reference_dtype="bfloat16", **LORA,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"reference_dtype='bfloat16' must be null with lora"):
+        GenerativeRewardModule(model="no/such-model", reference_dtype="bfloat16", **LORA)
+    PPOModule(reward=DigitFractionReward(), model="no/such-model", reference_dtype="bfloat16")
