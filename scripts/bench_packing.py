@@ -6,8 +6,9 @@ lengths have a long tail (lognormal, clamped to ``--min-len``..``--max-len`` tok
 over the whole rollout (the experience's log-probs are the current policy's, one update per
 rollout); the two paths alternate (A B, B A, ...) after one warm-up step each, so slow drifts of
 the machine hit both. Printed: each timed step, the medians, padded / packed (target >= 1.3x)
-and the peak memory of each path (CUDA: ``max_memory_allocated``; CPU: the process's peak RSS,
-which only grows, so read the CPU figure as an upper bound for the path that ran second).
+and the peak memory of each path (CUDA: ``max_memory_allocated``; CPU: the peak RSS of a fresh
+process that runs one step of that path only, from the start of the step (Linux ``clear_refs``),
+and its growth over the RSS before the step).
 
     python scripts/bench_packing.py                                   # the measurement
     python scripts/bench_packing.py --model builtin:tiny-llama --prompts 2 --repeats 1 \\
@@ -18,9 +19,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import resource
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -82,6 +87,14 @@ def update_step(policy: Any, optimizer: Any, settings: PPOSettings, rollout: Rol
     return time.perf_counter() - start
 
 
+def rss_mb(field: str) -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (peak since the last reset) of this process, in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
 def peak_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -99,14 +112,16 @@ def main() -> None:
     parser.add_argument("--log-mean", type=float, default=4.0, help="lognormal mu (e^4 ~ 55)")
     parser.add_argument("--log-std", type=float, default=0.8)
     parser.add_argument("--micro-batch-size", type=int, default=8, help="the padded path's")
-    parser.add_argument("--micro-batch-tokens", type=int, default=4096, help="the packed path's")
+    parser.add_argument("--micro-batch-tokens", type=int, default=1024, help="the packed path's")
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per path")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memory-of", choices=["padded", "packed"], help=argparse.SUPPRESS)
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    policy = load_causal_lm(opts.model).to(device).train()
+    policy: Any = load_causal_lm(opts.model)
+    policy = policy.to(device).train()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-7)
     rollout = synthetic_rollout(opts, policy.config.vocab_size, device)
     base = PPOSettings(micro_batch_size=opts.micro_batch_size, samples_per_prompt=opts.group_min)
@@ -121,13 +136,29 @@ def main() -> None:
         f"median {lengths.median():.0f}); padded micro_batch_size={opts.micro_batch_size}, "
         f"packed micro_batch_tokens={opts.micro_batch_tokens}"
     )
+    if opts.memory_of is not None:  # a child process: one step of one path, its memory
+        before = rss_mb("VmRSS")
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: the peak RSS restarts from now
+        update_step(policy, optimizer, paths[opts.memory_of], rollout)
+        peak = rss_mb("VmHWM")
+        print(json.dumps({"peak": peak, "growth": peak - before}))
+        return
     times: dict[str, list[float]] = {name: [] for name in paths}
-    peaks: dict[str, float] = {}
+    peaks: dict[str, str] = {}
     for name, settings in paths.items():  # warm-up, and each path's peak memory
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         update_step(policy, optimizer, settings, rollout)
-        peaks[name] = peak_mb(device)
+        if device.type == "cuda":
+            peaks[name] = f"{peak_mb(device):.0f} MiB allocated"
+        else:  # the peak RSS only grows: each path measured in a process of its own
+            child = subprocess.run(
+                [sys.executable, __file__, *sys.argv[1:], "--memory-of", name],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            mem = json.loads(child.stdout.strip().splitlines()[-1])
+            grew = f"{mem['growth']:+.0f} MiB over the loaded model"
+            peaks[name] = f"{mem['peak']:.0f} MiB RSS, {grew}"
     for r in range(opts.repeats):
         for name in list(paths) if r % 2 == 0 else list(paths)[::-1]:
             seconds = update_step(policy, optimizer, paths[name], rollout)
@@ -135,7 +166,7 @@ def main() -> None:
             print(f"  repeat {r}: {name:6s} {seconds:.3f} s", flush=True)
     medians = {name: statistics.median(t) for name, t in times.items()}
     for name, median in medians.items():
-        print(f"{name:6s}: median {median:.3f} s, peak memory {peaks[name]:.0f} MiB")
+        print(f"{name:6s}: median {median:.3f} s, peak memory {peaks[name]}")
     print(
         f"speed-up padded / packed: {medians['padded'] / medians['packed']:.2f}x (target >= 1.3x)"
     )
