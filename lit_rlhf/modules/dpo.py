@@ -39,7 +39,7 @@ from lit_rlhf.models import load_causal_lm
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.likelihood import response_log_probs
 from lit_rlhf.models.loading import Dtype, load_tokenizer
-from lit_rlhf.models.lora import lora_wrap, merged_copy
+from lit_rlhf.models.lora import is_lora, lora_wrap, merged_copy
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import (
     EpochEndLoaderReset,
@@ -52,6 +52,7 @@ from lit_rlhf.training import (
     export_pretrained,
     freeze,
 )
+from lit_rlhf.training.frozen import drop_frozen_weights, restore_frozen_weights
 from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 
 PreferenceLoss = Literal["sigmoid", "ipo", "simpo"]
@@ -343,9 +344,13 @@ class DPOModule(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.step_optimizer.save_to(checkpoint)  # skip counts, lr schedule counters
         self.frozen.drop(checkpoint)
+        if is_lora(self.model):  # the adapters only: the base is rebuilt from `model`
+            drop_frozen_weights(checkpoint, "model", self.model)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.frozen.restore(self, checkpoint)
+        if is_lora(self.model):
+            restore_frozen_weights(checkpoint, "model", self.model)
         check_checkpoint_weights(self, checkpoint, settings=_NETWORK_SETTINGS)
         self.step_optimizer.load_from(checkpoint)
 

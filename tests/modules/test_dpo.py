@@ -210,6 +210,22 @@ def test_lora_uses_the_base_with_adapters_off_as_the_reference(
     assert not torch.allclose(base_logits.logits, policy)
 
 
+def test_a_lora_checkpoint_holds_the_adapters_only(tmp_path: Path) -> None:
+    """Under LoRA the base is rebuilt from ``model`` on every start: the checkpoint keeps the
+    adapters, and strict loading puts the base back."""
+    pytest.importorskip("peft")
+    module = _module(lora_rank=4, lora_alpha=8, lr=1e-2)
+    trainer = quiet_trainer(tmp_path, max_steps=2)
+    trainer.fit(module, train_dataloaders=DataLoader([{"row": ROWS}] * 2, batch_size=None))
+    path = tmp_path / "lora.ckpt"
+    trainer.save_checkpoint(path)
+    saved = torch.load(path, weights_only=True)["state_dict"]
+    assert saved and all(".lora_" in k for k in saved), sorted(saved)[:5]
+    again = DPOModule.load_from_checkpoint(path, tokenizer=module.tokenizer)  # strict loading
+    for name, value in module.model.state_dict().items():
+        assert torch.equal(again.model.state_dict()[name], value), name
+
+
 def _step(
     module: DPOModule, rows: list[dict[str, Any]], root: Path, steps: int, **kwargs: Any
 ) -> None:
