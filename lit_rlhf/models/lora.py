@@ -19,6 +19,8 @@ from typing import Any, Literal, cast
 import torch
 from torch import Tensor, nn
 
+from lit_rlhf.models.partitioned import gathered
+
 
 def lora_wrap(
     model: Any, rank: int, alpha: int, target_modules: str | list[str], *, dropout: float = 0.0
@@ -140,7 +142,8 @@ def served_parameters(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
     """The (name, tensor) pairs an inference engine serves: ``model.named_parameters()``, or for
     a peft model the base model's names with each adapted weight merged,
     ``W + scaling * B @ A``, computed one layer at a time (no copy of the model); 4-bit base
-    weights are dequantized."""
+    weights are dequantized. Under ZeRO-3 each adapted layer's weight and adapters are gathered
+    for the merge (every rank must iterate, in the same order)."""
     if not is_lora(model):
         yield from model.named_parameters()
         return
@@ -152,12 +155,14 @@ def served_parameters(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
             yield name, _dense(param)
             continue
         owner, _, leaf = name.rpartition(".base_layer.")
-        value = _dense(param)
         layer = base.get_submodule(owner)
-        if leaf == "weight" and not getattr(layer, "merged", False):
-            for adapter in layer.active_adapters:
-                if adapter in layer.lora_A:
-                    value = value + layer.get_delta_weight(adapter).to(value.dtype)
+        adapters = [p for n, p in layer.named_parameters() if ".lora_" in f".{n}"]
+        with gathered(param, *adapters):  # ZeRO-3: the layer's full weight and adapters
+            value = _dense(param).detach().clone()
+            if leaf == "weight" and not getattr(layer, "merged", False):
+                for adapter in layer.active_adapters:
+                    if adapter in layer.lora_A:
+                        value = value + layer.get_delta_weight(adapter).to(value.dtype)
         yield f"{owner}.{leaf}", value
 
 

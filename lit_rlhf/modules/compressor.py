@@ -36,12 +36,12 @@ from lit_rlhf.models.compressor import (
 )
 from lit_rlhf.models.loading import Dtype, load_causal_lm, load_tokenizer
 from lit_rlhf.models.lora import lora_wrap
+from lit_rlhf.models.partitioned import gathered
 from lit_rlhf.modules.compressor_setup import (
     check_compressor_settings,
     check_data_context,
     memory_tokens,
 )
-from lit_rlhf.rollout.weight_sync import gathered
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import (
     EpochEndLoaderReset,

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
+
+from lit_rlhf.models.partitioned import gathered
 
 T = TypeVar("T")
 
@@ -38,16 +39,6 @@ def block_key(name: str) -> str:
         if part.isdigit():
             return ".".join(parts[: i + 1])
     return ".".join(parts[:-1])
-
-
-def gathered(param: Tensor) -> AbstractContextManager[Any]:
-    """Full-size view of ``param`` inside the context: gathers a DeepSpeed ZeRO-3 partition
-    (a collective: every rank must call it in the same order), a no-op otherwise."""
-    if hasattr(param, "ds_id"):
-        import deepspeed
-
-        return deepspeed.zero.GatheredParameters([param], modifier_rank=None)
-    return nullcontext()
 
 
 class WeightSnapshot:

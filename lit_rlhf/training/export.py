@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlhf.models.lora import is_lora, merged_copy
-from lit_rlhf.rollout.weight_sync import gathered
+from lit_rlhf.models.partitioned import gathered
 from lit_rlhf.strategies import is_deepspeed
 
 
