@@ -100,6 +100,8 @@ CONFIGS = {
     "gspo": {"policy_loss": "gspo", "loss_agg": "seq_mean_token_mean"},
     "ppo-value_head": {"advantage": "gae", "critic": "value_head"},
     "ppo-separate_critic": {"advantage": "gae", "critic": "separate"},
+    # LoRA: the chunked head is the peft model's output embedding; the reference = adapters off
+    "grpo-lora-kl": {"lora_rank": 4, "lora_alpha": 8, "kl_coef": 0.1},
 }
 
 
