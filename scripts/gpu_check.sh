@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One prepared check of the GPU paths on a single CUDA GPU with no network access (< 8 min: the
-# step timeouts add up to 150 + 120 + 90 + 120 = 480 s):
+# One prepared check of the GPU paths on a single CUDA GPU with no network access (< 9 min: the
+# step timeouts add up to 150 + 120 + 90 + 120 + 60 = 540 s):
 #   0. the GPU's name and memory (nvidia-smi, where present);
 #   1. the `gpu`-marked tests (PPO; the judges incl. ReflectRM, the Bradley-Terry RM, PPO on an RM
 #      and on a judge);
@@ -8,7 +8,9 @@
 #   3. a DeepSpeed ZeRO-2 PPO fast_dev_run on the tiny config;
 #   4. the preset dry runs on the GPU (tests/test_preset_dry_run.py with
 #      LIT_RLHF_DRY_RUN_DEVICE=gpu: every GPU preset, one step, with its own DeepSpeed fragment,
-#      bf16, tiny stand-in models and the offline samples; about 30 s on a CPU).
+#      bf16, tiny stand-in models and the offline samples; about 30 s on a CPU);
+#   5. the packed against the padded update step (scripts/bench_packing.py, mid-llama, budgets
+#      1024 and 4096: on the GPU the attention kernel decides how the budget pays).
 # Installs nothing from the network: run it in a venv that already has the package (`pip install
 # -e .` from wheels carried over), or pass WHEELS=dir to install from local wheels only.
 # Usage: bash scripts/gpu_check.sh
@@ -38,4 +40,8 @@ fi
 echo "## preset dry runs on the GPU"
 LIT_RLHF_DRY_RUN_DEVICE=gpu timeout 120 $PY -m pytest -q -rs -p no:cacheprovider \
   tests/test_preset_dry_run.py::test_preset_dry_run || status=1
+echo "## packed vs padded update step (mid-llama)"
+for budget in 1024 4096; do
+  timeout 30 $PY scripts/bench_packing.py --repeats 2 --micro-batch-tokens $budget || status=1
+done
 exit $status
