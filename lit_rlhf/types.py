@@ -62,6 +62,14 @@ class Rollout:
     scores: Tensor  # [B] float32, the reward plus the reward-term callbacks' terms
     reward_info: dict[str, Tensor]  # name -> [B] float, the reward's per-sample info
     term_stats: dict[str, Tensor] = field(default_factory=dict)  # reward terms' diagnostics
+    # multi-turn episodes only (None: single-turn). response_ids then hold the agent's and the
+    # environment's turns as one token sequence; response_mask covers both (the forward pass
+    # attends to every token), agent_mask only the sampled ones (the loss and token counts)
+    agent_mask: Tensor | None = None  # [B, R] bool, True = a token the policy sampled
+    turn_ends: Tensor | None = None  # [B, K] long, K = max_turns: the last agent token's
+    # response index of each turn, -1 for turns not taken
+    turn_rewards: Tensor | None = None  # [B, K] float32, the environment's reward per turn
+    cut: Tensor | None = None  # [B] bool, the episode was cut by a token budget
 
     @property
     def input_ids(self) -> Tensor:  # [B, T]
@@ -93,7 +101,8 @@ class Experience:
     micro-batch, so afterwards the experience holds them as if the engine had returned them.
     ``loss_mask`` leaves whole responses out of the loss (DAPO's overlong filter) while their
     tokens stay in the forward pass and their scores in the group baselines; ``counted`` is
-    the mask every loss and token count reads.
+    the mask every loss and token count reads (in multi-turn rollouts it also leaves out the
+    environment's tokens: ``Rollout.agent_mask``).
     """
 
     rollout: Rollout
@@ -111,4 +120,6 @@ class Experience:
     def counted(self) -> Tensor:
         """[B, R] bool: the response tokens the loss counts."""
         mask = self.rollout.response_mask
+        if self.rollout.agent_mask is not None:  # environment tokens carry no loss
+            mask = mask & self.rollout.agent_mask
         return mask if self.loss_mask is None else mask & self.loss_mask[:, None]

@@ -45,7 +45,14 @@ def test_configs_found():
     assert len(CONFIGS) >= 4
 
 
-@pytest.mark.parametrize("path", [p for p in CONFIGS if not _is_gpu_only(p)], ids=str)
+def _cpu_config(path: Path) -> object:
+    """A multi-turn episode on the embedded SmolLM2 takes minutes even for one batch on 2 cores
+    (its turns are several generations): those configs run in the slow group."""
+    slow = _needs_smollm2(path) and "environment:" in path.read_text()
+    return pytest.param(path, id=str(path), marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("path", [_cpu_config(p) for p in CONFIGS if not _is_gpu_only(p)])
 def test_cpu_config_fast_dev_run(path, tmp_path):
     if _needs_smollm2(path):
         pytest.importorskip("gguf", reason="the SmolLM2 demo config needs the [demo] extra")

@@ -19,6 +19,7 @@ from lightning import Callback, LightningModule
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
+from lit_rlhf.envs import Environment
 from lit_rlhf.metrics import GroupedMean
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
@@ -37,6 +38,7 @@ from lit_rlhf.training import (
     build_policy_networks,
     check_trainable_precision,
 )
+from lit_rlhf.training.multiturn import MultiTurnRollout, MultiTurnSettings
 from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 from lit_rlhf.types import Experience, Rollout
 
@@ -147,6 +149,16 @@ class PPOModule(LightningModule):
         pass_metric: the reward-info key that decides whether a validation / test sample passes
             (pass@1), e.g. ``correct``; ``None`` uses the score itself.
         pass_threshold: a sample passes when that value is >= this threshold.
+        environment: multi-turn tool / environment rollouts: an
+            :class:`~lit_rlhf.envs.Environment` by class path (None: one response per sample,
+            the single-turn path). See docs/agents.md and :mod:`lit_rlhf.training.multiturn`.
+        max_turns, max_turn_tokens, max_episode_tokens: with ``environment``: agent turns per
+            episode; tokens per agent turn (None: the engine's ``max_new_tokens``); response
+            tokens of a whole episode, agent and environment (None: no limit).
+        env_step_timeout: seconds an environment step may take before it is answered with an
+            error observation and counted as a fault (``env/faults``).
+        budget_penalty: the score of an episode a token budget cut; None: such episodes are
+            left out of the loss (their score still enters the group baseline).
         seed: seeds the mini-batch shuffling.
         max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
             (on every rank; logged as ``fault/skipped_steps``); this many in a row stop the run
@@ -228,17 +240,26 @@ class PPOModule(LightningModule):
         lora_target_modules: str | list[str] = "all-linear",
         lora_dropout: float = 0.0,
         quantize: Literal[None, "4bit"] = None,
+        environment: Environment | None = None,
+        max_turns: int = 2,
+        max_turn_tokens: int | None = None,
+        max_episode_tokens: int | None = None,
+        env_step_timeout: float = 5.0,
+        budget_penalty: float | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
+        self.save_hyperparameters(ignore=["reward", "engine", "tokenizer", "environment"])
         reward = combined_reward(reward, reward_weights)
-        self._init_core(reward, engine)
+        self._init_core(reward, engine, environment)
         self.tokenizer = tokenizer
         self.kl_coef = float(kl_coef)  # a plain attribute: the AdaptiveKL callback rewrites it
         self._init_state()
 
     def _init_core(
-        self, reward: RewardFunction | Callable[..., Any], engine: GenerationEngine | None
+        self,
+        reward: RewardFunction | Callable[..., Any],
+        engine: GenerationEngine | None,
+        environment: Environment | None = None,
     ) -> None:
         """Validated settings (before any model loads) and the shared core's rollout and update."""
         hp = self.hp
@@ -249,7 +270,12 @@ class PPOModule(LightningModule):
         _check_module_settings(hp)
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
-        self.rollouts = RolloutCollector(self.engine, reward, fallback=hp.reward_fallback)
+        self.rollouts = RolloutCollector(
+            self.engine,
+            reward,
+            fallback=hp.reward_fallback,
+            multiturn=_multiturn(environment, hp),
+        )
         self.rl = PolicyStep(
             self.settings,
             self.rollouts,
@@ -425,6 +451,28 @@ class PPOModule(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rl.load(self, checkpoint)
+
+
+def _multiturn(environment: Environment | None, hparams: Any) -> MultiTurnRollout | None:
+    """The multi-turn loop over ``environment`` (validated), or None (single-turn)."""
+    settings = MultiTurnSettings(
+        max_turns=hparams.max_turns,
+        max_turn_tokens=hparams.max_turn_tokens,
+        max_episode_tokens=hparams.max_episode_tokens,
+        env_step_timeout=hparams.env_step_timeout,
+        budget_penalty=hparams.budget_penalty,
+    )
+    settings.check()
+    if environment is None:
+        return None
+    clashes = [name for name in ("dynamic_sampling", "overlong_filter") if hparams[name]]
+    clashes += ["overlong_buffer"] if hparams.overlong_buffer is not None else []
+    if clashes:
+        raise ValueError(
+            f"environment (multi-turn rollouts) does not combine with {', '.join(clashes)} yet. "
+            "Fix: unset those settings, or leave environment unset."
+        )
+    return MultiTurnRollout(environment, settings)
 
 
 def _check_module_settings(hparams: Any) -> None:

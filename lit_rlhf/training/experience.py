@@ -100,8 +100,9 @@ def compute_advantages(
 ) -> tuple[Tensor, Tensor | None]:
     """(advantages [B, R], returns [B, R] for GAE else None). ``kl_coef`` > 0 here means KL in
     the reward: per token for GAE and REINFORCE++, summed per sequence for the group
-    baselines."""
-    mask = rollout.response_mask
+    baselines. In multi-turn rollouts only the agent's tokens count (``Rollout.agent_mask``)
+    and, for GAE, each turn's reward sits on the turn's last agent token."""
+    mask = _agent_tokens(rollout)
     kl = None
     if kl_coef > 0 and ref_log_probs is not None:
         if old_log_probs is None:
@@ -114,7 +115,7 @@ def compute_advantages(
     if settings.advantage == "gae":
         if values is None:
             raise ValueError("advantage='gae' needs critic values: pass the critic")
-        rewards = token_level_rewards(rollout.scores, mask)
+        rewards = _token_rewards(rollout, mask)
         if kl is not None:
             rewards = rewards - kl_coef * kl
         adv, returns = gae(rewards, values, mask, gamma=settings.gamma, lam=settings.lam)
@@ -128,6 +129,24 @@ def compute_advantages(
         return adv, None
     scores = rollout.scores if kl is None else rollout.scores - kl_coef * kl.sum(1)
     return _group_advantages(scores, rollout.group_ids, settings)[:, None] * mask, None
+
+
+def _agent_tokens(rollout: Rollout) -> Tensor:
+    """[B, R] bool: the response tokens the policy sampled (all of them in single-turn)."""
+    mask = rollout.response_mask
+    return mask if rollout.agent_mask is None else mask & rollout.agent_mask
+
+
+def _token_rewards(rollout: Rollout, mask: Tensor) -> Tensor:
+    """[B, R]: the score on the last counted token; in multi-turn rollouts the turn rewards on
+    their turns' last agent tokens and the rest of the score (the final reward) on the last."""
+    if rollout.turn_ends is None or rollout.turn_rewards is None:
+        return token_level_rewards(rollout.scores, mask)
+    turns = rollout.turn_rewards.to(rollout.scores)
+    rewards = token_level_rewards(rollout.scores - turns.sum(1), mask)
+    ends = rollout.turn_ends.to(rewards.device)
+    taken = ends >= 0
+    return rewards.scatter_add(1, ends.clamp(min=0), turns.masked_fill(~taken, 0.0))
 
 
 def _group_advantages(scores: Tensor, group_ids: Tensor, settings: PPOSettings) -> Tensor:
@@ -147,7 +166,7 @@ def experience_stats(experience: Experience) -> dict[str, Tensor]:
     """The per-sequence KL of the rollout policy to the reference (``rollout/kl``, k1, when there
     is a reference) and the critic's explained variance (``ppo/explained_variance``, GAE)."""
     stats: dict[str, Tensor] = {}
-    mask = experience.rollout.response_mask
+    mask = _agent_tokens(experience.rollout)
     if experience.ref_log_probs is not None:
         kl = kl_penalty(experience.old_log_probs, experience.ref_log_probs, estimator="k1")
         stats["rollout/kl"] = (kl * mask).sum(1).mean()

@@ -171,7 +171,8 @@ class PolicyStep:
 
     def prepare(self, module: Any, rollout: Rollout) -> Experience:
         """Old log-probs, reference log-probs, values and advantages for the whole rollout;
-        with ``overlong_filter`` the truncated responses are left out of the loss."""
+        with ``overlong_filter`` the truncated responses are left out of the loss, and so are
+        multi-turn episodes a token budget cut (unless ``budget_penalty`` scores them)."""
         ref_policy, reference_mode = self.reference(module)
         experience = build_experience(
             rollout,
@@ -186,6 +187,11 @@ class PolicyStep:
         )
         if self.settings.overlong_filter:
             experience.loss_mask = ~self.truncated(module, rollout)
+        multiturn = getattr(self.collector, "multiturn", None)
+        if rollout.cut is not None and multiturn and multiturn.settings.budget_penalty is None:
+            kept = ~rollout.cut
+            loss_mask = experience.loss_mask
+            experience.loss_mask = kept if loss_mask is None else loss_mask & kept
         return experience
 
     @staticmethod

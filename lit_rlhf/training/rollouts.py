@@ -18,6 +18,7 @@ from lit_rlhf.rewards.adapt import as_reward
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.guarded import REWARD_ERROR_KEY
 from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.training.multiturn import MultiTurnRollout
 from lit_rlhf.training.protocols import RewardContext, reward_terms
 from lit_rlhf.types import GenerationOutput, Rollout
 
@@ -33,6 +34,10 @@ class RolloutCollector:
         fallback: the score of a sample the reward gave no score (None / NaN); such samples
             are counted in the info column ``unscored`` (logged as ``reward/unscored``, a
             fraction).
+        multiturn: multi-turn episodes with an environment
+            (:class:`~lit_rlhf.training.multiturn.MultiTurnRollout`); None: one response per
+            sample. An episode's score is the reward on its whole transcript plus the sum of its
+            turn rewards (``budget_penalty`` instead for an episode a budget cut, if set).
     """
 
     def __init__(
@@ -40,6 +45,7 @@ class RolloutCollector:
         engine: GenerationEngine,
         reward: RewardFunction | Callable[..., Any],
         fallback: float = 0.0,
+        multiturn: MultiTurnRollout | None = None,
     ) -> None:
         if not callable(reward):
             raise TypeError(f"reward must be a RewardFunction (callable), got {type(reward)}")
@@ -50,6 +56,7 @@ class RolloutCollector:
         self.engine = engine
         self.reward = reward  # the object itself: its state (if any) goes into checkpoints
         self.fallback = float(fallback)
+        self.multiturn = multiturn
         self._score = as_reward(reward)
         self._warned_unscored = False
 
@@ -73,10 +80,15 @@ class RolloutCollector:
         g = samples_per_prompt
         prompt_ids = batch["input_ids"].repeat_interleave(g, dim=0)
         prompt_mask = batch["attention_mask"].bool().repeat_interleave(g, dim=0)
+        expand = [i for i in range(len(batch["prompt"])) for _ in range(g)]
+        if self.multiturn is not None:
+            return self._collect_episodes(
+                policy, tokenizer, batch, prompt_ids, prompt_mask, expand,
+                greedy=greedy, log_probs=log_probs, trainer=trainer, module=module,
+            )  # fmt: skip
         out = self.engine.generate(
             policy, prompt_ids, prompt_mask, tokenizer, greedy=greedy, log_probs=log_probs
         )
-        expand = [i for i in range(len(batch["prompt"])) for _ in range(g)]
         rollout = self._scored(
             prompt_ids,
             prompt_mask,
@@ -87,6 +99,34 @@ class RolloutCollector:
         )
         if trainer is not None:
             self._add_reward_terms(rollout, trainer, module)
+        return rollout
+
+    def _collect_episodes(
+        self, policy: nn.Module, tokenizer: Any, batch: dict[str, Any], prompt_ids: Tensor,
+        prompt_mask: Tensor, expand: list[int], *, greedy: bool, log_probs: bool, trainer: Any,
+        module: Any,
+    ) -> Rollout:  # fmt: skip
+        """Multi-turn episodes (one per sample, grouped by their initial prompt), scored."""
+        assert self.multiturn is not None
+        rows = [batch["row"][i] for i in expand]
+        episodes = self.multiturn.generate(
+            self.engine, policy, tokenizer, prompt_ids, prompt_mask, rows,
+            greedy=greedy, log_probs=log_probs,
+        )  # fmt: skip
+        out = episodes.generation
+        texts = tokenizer.batch_decode(out.response_ids, skip_special_tokens=True)
+        rollout = self._scored(prompt_ids, prompt_mask, out, expand, batch, texts)
+        rollout.agent_mask, rollout.cut = episodes.agent_mask, episodes.cut
+        rollout.turn_ends, rollout.turn_rewards = episodes.turn_ends, episodes.turn_rewards
+        turn_sum = episodes.turn_rewards.sum(1).to(rollout.scores)
+        rollout.reward_info["env_reward"] = turn_sum.cpu()
+        rollout.scores = rollout.scores + turn_sum
+        penalty = self.multiturn.settings.budget_penalty
+        if penalty is not None:
+            rollout.scores = rollout.scores.masked_fill(episodes.cut.to(turn_sum.device), penalty)
+        if trainer is not None:
+            self._add_reward_terms(rollout, trainer, module)
+        rollout.term_stats.update(episodes.stats)
         return rollout
 
     def _scored(

@@ -80,6 +80,11 @@ RANGES: dict[str, tuple[str, list[Any]]] = {
     "beta": ("> 0, finite", [0.0, -0.1, NAN, INF]),
     "label_smoothing": ("[0, 0.5)", [0.5, -0.1, NAN]),
     "simpo_gamma": (">= 0, finite", [-0.5, NAN, INF]),
+    "max_turns": (">= 1", [0, -1]),
+    "max_turn_tokens": (">= 1, or null (the engine's max_new_tokens)", [0]),
+    "max_episode_tokens": (">= 2, or null (no limit)", [1, 0]),
+    "env_step_timeout": ("> 0 seconds, finite", [0.0, -1.0, NAN, INF]),
+    "budget_penalty": ("finite, or null (budget-cut episodes masked)", [NAN, INF]),
 }
 
 # what a module needs besides the setting under test, so that only that setting is wrong

@@ -1,0 +1,55 @@
+"""The environment protocol of multi-turn rollouts: plain Python objects that answer the agent's
+turns with observations and rewards.
+
+An environment is injected by class path (``model.init_args.environment``) like a reward. The
+injected object is a prototype: every episode works on its own ``copy.deepcopy`` of it, so an
+environment keeps its episode state in plain attributes. The rollout loop
+(:mod:`lit_rlhf.training.multiturn`) calls ``reset(row)`` once per episode with the data row of
+the episode's prompt, then ``step(turn_text)`` after every agent turn with the turn's decoded text
+(special tokens stripped). Model text is untrusted input: parse it, never ``eval`` it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+
+class StepResult(NamedTuple):
+    """What an environment answers to one agent turn.
+
+    ``observation``: the text shown to the agent as the environment's turn (rendered with the
+    chat template's tool role, or the user role where the template has none); ignored when
+    ``done``. ``reward``: this turn's reward (summed into the episode score; with a critic it
+    sits on the turn's last agent token). ``done``: the episode ends after this turn.
+    ``fault``: a short reason when the agent's turn was a bad tool call (counted as
+    ``env/faults``; the episode goes on with ``observation`` as the answer).
+    """
+
+    observation: str
+    reward: float = 0.0
+    done: bool = False
+    fault: str | None = None
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A multi-turn environment (see the module docstring for the episode lifecycle)."""
+
+    def reset(self, row: Mapping[str, Any]) -> None:
+        """Start an episode for the data row of its prompt (targets, numbers, ...)."""
+        ...
+
+    def step(self, turn: str) -> StepResult:
+        """Answer the agent's turn (its decoded text, a tool call or a final answer)."""
+        ...
+
+
+def check_environment(env: Any) -> None:
+    """Refuse an object that is not an :class:`Environment`, with the fix."""
+    if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
+        raise TypeError(
+            f"environment must have reset(row) and step(turn) methods, got {type(env).__name__}. "
+            "Fix: pass an Environment by class path, e.g. "
+            "lit_rlhf.envs.CountdownCalculatorEnv."
+        )

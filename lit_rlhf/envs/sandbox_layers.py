@@ -1,0 +1,131 @@
+"""The operating-system layers of the code sandbox, entered in the forked child before ``exec``.
+
+Each layer is tried and skipped when the kernel or the privileges refuse it; the child's
+bootstrap (:mod:`lit_rlhf.envs.sandbox_boot`) reports which held. With root or CAP_SYS_ADMIN
+(Linux >= 5.12 for ``mount_setattr``):
+
+- a new network namespace: only a loopback device that is down, so no connection anywhere;
+- a new PID namespace, the code's process its pid 1 (an extra process waits for it): it cannot
+  see, signal or trace any process outside, the trainer included;
+- a new mount namespace in which every mount is read-only except a bind mount of the scratch
+  folder (writes elsewhere fail with EROFS even for root);
+- an empty capability bounding set and ``no_new_privs``, so the child, though uid 0, cannot
+  remount, load modules, trace or signal other users' processes, or regain privileges.
+
+Always: resource limits on CPU seconds, address space, file size, open files and core dumps.
+RLIMIT_NPROC is not set: the kernel exempts uid 0 from it, and forks are refused by the audit
+hook instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import struct
+from dataclasses import dataclass
+from typing import NoReturn
+
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
+CPU_LIMIT_EXIT = 88
+_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 1 << 14, 1 << 18
+_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 24, 38
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _load_libc()  # loaded in the parent: the child only calls into it
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """The resource limits of one run (hard limits: the code cannot raise them)."""
+
+    cpu_s: int
+    """CPU seconds; then SIGXCPU (SIGKILL in a PID namespace, where pid 1 ignores SIGXCPU)."""
+    memory_bytes: int
+    """Address-space limit (RLIMIT_AS): an allocation above it raises MemoryError."""
+    file_bytes: int
+    """Largest file the code may write (RLIMIT_FSIZE); also bounds the captured output."""
+    open_files: int = 64
+    """Most open file descriptors (RLIMIT_NOFILE)."""
+
+
+def enter_sandbox(scratch: str, limits: SandboxLimits) -> None:
+    """Enters every layer that the kernel allows; for ``subprocess.Popen(preexec_fn=...)``.
+
+    Runs in the child between fork and exec, so it only makes system calls (no imports, no
+    locks); in a new PID namespace it forks once more, and the first child only waits.
+    ``scratch`` must be an absolute path; the child's working directory becomes it.
+    """
+    new_pid_ns = False
+    if _LIBC is not None:
+        new_pid_ns = _LIBC.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) == 0
+        if new_pid_ns or _LIBC.unshare(CLONE_NEWNS | CLONE_NEWNET) == 0:
+            _readonly_except(_LIBC, scratch)
+        else:
+            _LIBC.unshare(CLONE_NEWNET)  # without the mount namespace, the audit hook alone
+        for capability in range(64):
+            if _LIBC.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+                break
+        _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    os.chdir(scratch)  # Popen chdirs before this hook: enter the bind mount, not the folder below
+    # Pid 1 ignores SIGXCPU: in a PID namespace the CPU limit acts through the hard limit.
+    _set_rlimits(limits, cpu_grace_s=0 if new_pid_ns else 1)
+    if new_pid_ns:
+        child = os.fork()  # the child is pid 1 of the new namespace and goes on to exec
+        if child != 0:
+            _reap(child, limits.cpu_s)
+
+
+def _reap(child: int, cpu_s: int) -> NoReturn:
+    """The parent side of the PID-namespace fork: waits for ``child``, then dies as it did.
+
+    Its descriptors are closed first, so that Popen sees the exec of the child, not of this
+    process, and a dead child's stdin pipe breaks. The CPU limit ends pid 1 with SIGKILL; that
+    death is reported as :data:`CPU_LIMIT_EXIT`.
+    """
+    # Every descriptor, also those above RLIMIT_NOFILE that Popen closes only after this hook.
+    os.closerange(0, 2**31 - 1)
+    _, status = os.waitpid(child, 0)
+    if not os.WIFSIGNALED(status):
+        os._exit(os.waitstatus_to_exitcode(status))
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # rusage samples ticks: a child killed at 1 CPU second reports about 0.95 of them.
+    if usage.ru_utime + usage.ru_stime >= 0.75 * cpu_s:
+        os._exit(CPU_LIMIT_EXIT)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(1)
+
+
+def _readonly_except(libc: ctypes.CDLL, scratch: str) -> None:
+    """Makes every mount read-only in this (new, private) mount namespace except ``scratch``."""
+    path = scratch.encode()
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return  # changes would leak into the parent's namespace
+    if libc.mount(path, path, None, _MS_BIND, None) != 0:
+        return  # without its own mount, scratch would turn read-only with the rest
+    set_rdonly = ctypes.create_string_buffer(struct.pack("QQQQ", _MOUNT_ATTR_RDONLY, 0, 0, 0))
+    clear_rdonly = ctypes.create_string_buffer(struct.pack("QQQQ", 0, _MOUNT_ATTR_RDONLY, 0, 0))
+    root_ro = libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, b"/", _AT_RECURSIVE, set_rdonly, 32)
+    if root_ro == 0:
+        libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path, 0, clear_rdonly, 32)
+
+
+def _set_rlimits(limits: SandboxLimits, cpu_grace_s: int) -> None:
+    for which, value in (
+        (resource.RLIMIT_AS, limits.memory_bytes),
+        (resource.RLIMIT_FSIZE, limits.file_bytes),
+        (resource.RLIMIT_NOFILE, limits.open_files),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(which, (value, value))
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + cpu_grace_s))

@@ -1,0 +1,298 @@
+"""Token-in / token-out multi-turn rollouts: one loop, shared by every generation engine.
+
+Each episode is a prompt's token ids followed by alternating agent turns (sampled by the engine
+through its ordinary token-in ``generate``) and environment turns (the environment's
+observation rendered once with the chat template's ``tool`` role and tokenised once). The
+agent's sampled tokens are kept as sampled, never decoded and re-rendered, so the tokens the
+update trains on are exactly the ones the engine sampled, with the engine's log-probs.
+
+Budgets and the cut rule: an agent turn that ends without an end-of-sequence token (it hit the
+engine's ``max_new_tokens``, ``max_turn_tokens`` or the episode's remaining
+``max_episode_tokens``), or an environment turn that does not fit in ``max_episode_tokens``, cuts
+the episode there (``Rollout.cut``). A cut episode is left out of the loss (its score still
+enters the group baseline) or, with ``budget_penalty`` set, scored that value and trained on.
+An episode also ends when the environment says ``done`` or after ``max_turns`` agent turns.
+
+Faults: an environment step that raises, or runs past ``env_step_timeout`` seconds, is answered
+with an ``<error>`` observation and counted (``env/faults``); so is a bad tool call the
+environment reports (``StepResult.fault``). The run goes on.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lit_rlhf.envs.base import StepResult, check_environment
+from lit_rlhf.envs.tools import error_text
+from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.types import GenerationOutput
+
+
+@dataclass(frozen=True)
+class MultiTurnSettings:
+    """The episode limits (see the module docstring for the cut rule)."""
+
+    max_turns: int = 2  # agent turns per episode
+    max_turn_tokens: int | None = None  # tokens per agent turn (None: the engine's cap)
+    max_episode_tokens: int | None = None  # response tokens of all turns, agent + environment
+    env_step_timeout: float = 5.0  # seconds per environment step
+    budget_penalty: float | None = None  # None: a cut episode is masked; else its score
+
+    def check(self) -> None:
+        rules = [
+            ("max_turns", self.max_turns >= 1, ">= 1"),
+            ("max_turn_tokens", self.max_turn_tokens is None or self.max_turn_tokens >= 1, ">= 1"),
+            (
+                "max_episode_tokens",
+                self.max_episode_tokens is None or self.max_episode_tokens >= 2,
+                ">= 2",
+            ),
+            ("env_step_timeout", 0 < self.env_step_timeout < math.inf, "> 0 seconds, finite"),
+            (
+                "budget_penalty",
+                self.budget_penalty is None or math.isfinite(self.budget_penalty),
+                "finite or null (null: cut episodes are masked)",
+            ),
+        ]
+        for name, ok, want in rules:
+            if not ok:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is out of range. Fix: set "
+                    f"model.init_args.{name} {want}."
+                )
+
+
+@dataclass
+class _Episode:
+    prompt: list[int]
+    env: Any
+    ids: list[int] = field(default_factory=list)
+    agent: list[bool] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    done: bool = False
+    cut: bool = False
+    faults: int = 0
+
+
+@dataclass
+class MultiTurnOutput:
+    """The loop's result: the usual generation output over the whole transcript plus the
+    multi-turn fields of :class:`~lit_rlhf.types.Rollout` and ``env/*`` statistics."""
+
+    generation: GenerationOutput  # response_ids / response_mask / log_probs over all turns
+    agent_mask: Tensor  # [B, R] bool
+    turn_ends: Tensor  # [B, K] long, -1 = no such turn
+    turn_rewards: Tensor  # [B, K] float32
+    cut: Tensor  # [B] bool
+    stats: dict[str, Tensor]
+
+
+class MultiTurnRollout:
+    """Runs episodes of ``environment`` (a prototype copied per episode) with any engine."""
+
+    def __init__(self, environment: Any, settings: MultiTurnSettings) -> None:
+        check_environment(environment)
+        settings.check()
+        self.environment = environment
+        self.settings = settings
+        self._roles: dict[int, str] = {}  # id(tokenizer) -> the role environment turns use
+
+    def generate(
+        self,
+        engine: GenerationEngine,
+        policy: nn.Module,
+        tokenizer: Any,
+        prompt_ids: Tensor,  # [B, P] left-padded
+        prompt_mask: Tensor,  # [B, P]
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        greedy: bool = False,
+        log_probs: bool = True,
+    ) -> MultiTurnOutput:
+        """Play one episode per prompt row, every active episode's turn in one engine call."""
+        episodes = []
+        for ids, mask, row in zip(prompt_ids, prompt_mask.bool(), rows, strict=True):
+            env = copy.deepcopy(self.environment)
+            env.reset(row)
+            episodes.append(_Episode(ids[mask].tolist(), env))
+        for _ in range(self.settings.max_turns):
+            active = [ep for ep in episodes if not ep.done]
+            if not active:
+                break
+            self._agent_turns(engine, policy, tokenizer, active, greedy, log_probs)
+            for ep in active:
+                if not ep.done:
+                    self._environment_turn(ep, tokenizer)
+        return self._output(episodes, tokenizer, prompt_ids.device, log_probs)
+
+    def _agent_turns(
+        self, engine: Any, policy: nn.Module, tokenizer: Any, active: list[_Episode],
+        greedy: bool, log_probs: bool,
+    ) -> None:  # fmt: skip
+        """One engine call over the active episodes' full token sequences (left-padded)."""
+        pad = tokenizer.pad_token_id
+        seqs = [ep.prompt + ep.ids for ep in active]
+        width = max(len(s) for s in seqs)
+        device = _device(policy)
+        ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=device)
+        mask = torch.tensor(
+            [[False] * (width - len(s)) + [True] * len(s) for s in seqs], device=device
+        )
+        out = engine.generate(policy, ids, mask, tokenizer, greedy=greedy, log_probs=log_probs)
+        eos = _eos_ids(tokenizer)
+        for i, ep in enumerate(active):
+            n = int(out.response_mask[i].sum())
+            tokens = out.response_ids[i, :n].tolist()
+            logps = out.log_probs[i, :n].tolist() if out.log_probs is not None else [0.0] * n
+            keep = min(n, self._turn_budget(ep))
+            tokens, logps = tokens[:keep], logps[:keep]
+            ep.ids += tokens
+            ep.agent += [True] * keep
+            ep.log_probs += logps
+            ep.turn_ends.append(len(ep.ids) - 1)
+            ep.turn_rewards.append(0.0)
+            if not tokens or tokens[-1] not in eos:  # the turn did not end: a budget cut it
+                ep.cut = ep.done = True
+
+    def _turn_budget(self, ep: _Episode) -> int:
+        s = self.settings
+        budget = s.max_turn_tokens if s.max_turn_tokens is not None else 1 << 30
+        if s.max_episode_tokens is not None:
+            budget = min(budget, s.max_episode_tokens - len(ep.ids))
+        return max(budget, 0)
+
+    def _environment_turn(self, ep: _Episode, tokenizer: Any) -> None:
+        """Step the environment on the turn's text; its reward goes on the turn, its
+        observation (if the episode goes on) is appended as environment tokens."""
+        start = ep.turn_ends[-2] + 1 if len(ep.turn_ends) > 1 else 0
+        turn = [t for t, a in zip(ep.ids[start:], ep.agent[start:], strict=True) if a]
+        result = guarded_step(ep.env, tokenizer.decode(turn, skip_special_tokens=True),
+                              timeout=self.settings.env_step_timeout)  # fmt: skip
+        ep.turn_rewards[-1] = float(result.reward)
+        ep.faults += result.fault is not None
+        if result.done or len(ep.turn_ends) >= self.settings.max_turns:
+            ep.done = True
+            return
+        obs = tokenizer(self.render(tokenizer, result.observation), add_special_tokens=False)
+        obs_ids = list(obs["input_ids"])
+        limit = self.settings.max_episode_tokens
+        if limit is not None and len(ep.ids) + len(obs_ids) >= limit:  # no room for a turn
+            ep.cut = ep.done = True
+            return
+        ep.ids += obs_ids
+        ep.agent += [False] * len(obs_ids)
+        ep.log_probs += [0.0] * len(obs_ids)
+
+    def render(self, tokenizer: Any, observation: str) -> str:
+        """The environment turn's text after the agent's end-of-sequence token: the chat
+        template's rendering of a ``tool`` message (``user`` where the template refuses
+        ``tool``) followed by the generation prompt; plain ``\\ntool: ...\\n`` without a
+        template."""
+        if not getattr(tokenizer, "chat_template", None):
+            return f"\ntool: {observation}\n"
+        role = self._role(tokenizer)
+        base = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]
+        full = tokenizer.apply_chat_template(
+            [*base, {"role": role, "content": observation}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        return full[self._head_length(tokenizer, base) :]
+
+    def _role(self, tokenizer: Any) -> str:
+        key = id(tokenizer)
+        if key not in self._roles:
+            role = "tool"
+            try:
+                probe = [{"role": "user", "content": "Q"}, {"role": "tool", "content": "OBS"}]
+                if "OBS" not in tokenizer.apply_chat_template(probe, tokenize=False):
+                    role = "user"
+            except Exception:  # a template that raises on unknown roles
+                role = "user"
+            self._roles[key] = role
+        return self._roles[key]
+
+    @staticmethod
+    def _head_length(tokenizer: Any, base: list[dict[str, str]]) -> int:
+        """Characters of the rendered ``base`` up to and including the assistant's content and
+        end-of-sequence token (the agent's own tokens already hold that much)."""
+        head = tokenizer.apply_chat_template(base, tokenize=False)
+        end = head.rindex("A") + 1
+        eos = tokenizer.eos_token or ""
+        return end + len(eos) if eos and head.startswith(eos, end) else end
+
+    def _output(
+        self, episodes: list[_Episode], tokenizer: Any, device: Any, log_probs: bool
+    ) -> MultiTurnOutput:
+        pad, k = tokenizer.pad_token_id, self.settings.max_turns
+        width = max(1, *(len(ep.ids) for ep in episodes))
+
+        def padded(values: list[Any], fill: Any) -> list[Any]:
+            return values + [fill] * (width - len(values))
+
+        ids = torch.tensor([padded(ep.ids, pad) for ep in episodes], device=device)
+        lengths = torch.tensor([len(ep.ids) for ep in episodes], device=device)
+        mask = torch.arange(width, device=device)[None, :] < lengths[:, None]
+        agent = torch.tensor([padded(ep.agent, False) for ep in episodes], device=device)
+        logps = torch.tensor([padded(ep.log_probs, 0.0) for ep in episodes], device=device)
+        ends = [ep.turn_ends + [-1] * (k - len(ep.turn_ends)) for ep in episodes]
+        rewards = [ep.turn_rewards + [0.0] * (k - len(ep.turn_rewards)) for ep in episodes]
+        cut = torch.tensor([ep.cut for ep in episodes], device=device)
+        stats = {
+            "env/faults": torch.tensor(float(sum(ep.faults for ep in episodes))),
+            "env/turns": torch.tensor([float(len(ep.turn_ends)) for ep in episodes]).mean(),
+            "env/cut": cut.float().mean().cpu(),
+        }
+        return MultiTurnOutput(
+            generation=GenerationOutput(ids, mask, logps.float() if log_probs else None),
+            agent_mask=agent & mask,
+            turn_ends=torch.tensor(ends, device=device),
+            turn_rewards=torch.tensor(rewards, device=device, dtype=torch.float32),
+            cut=cut,
+            stats=stats,
+        )
+
+
+def guarded_step(env: Any, turn: str, *, timeout: float) -> StepResult:
+    """``env.step(turn)`` run in a daemon thread for at most ``timeout`` seconds; an exception
+    or a timeout becomes an ``<error>`` observation with a fault (a step that never returns
+    keeps its thread; the episode goes on without waiting for it)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = env.step(turn)
+        except Exception as err:  # environment code is untrusted: never end the run
+            box["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return StepResult(error_text(f"the environment timed out after {timeout}s"),
+                          fault="timeout")  # fmt: skip
+    if "error" in box:
+        name = type(box["error"]).__name__
+        return StepResult(error_text(f"the environment failed ({name})"), fault="exception")
+    result = box["result"]
+    return result if isinstance(result, StepResult) else StepResult(*result)
+
+
+def _device(model: nn.Module) -> torch.device:
+    param = next(iter(model.parameters()), None)
+    return torch.device("cpu") if param is None else param.device
+
+
+def _eos_ids(tokenizer: Any) -> set[int]:
+    eos = tokenizer.eos_token_id
+    return set(eos) if isinstance(eos, list) else {eos}

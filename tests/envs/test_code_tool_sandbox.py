@@ -1,0 +1,201 @@
+"""The code tool's sandbox: each limit holds, and every failure comes back as a record."""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from lit_rlhf.envs import sandbox_layers
+from lit_rlhf.envs.sandbox import PythonTool, SandboxResult, run_python
+from lit_rlhf.envs.sandbox_layers import SandboxLimits, enter_sandbox
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox targets Linux")
+
+
+@functools.cache
+def layers_here() -> frozenset[str]:
+    return frozenset(run_python("pass").layers)
+
+
+def require_layers(*layers: str) -> None:
+    """Skips where the kernel or the privileges refuse an OS layer (e.g. non-root CI)."""
+    missing = set(layers) - layers_here()
+    if missing:
+        pytest.skip(f"this machine does not give the sandbox layers {sorted(missing)}")
+
+
+def test_normal_code_returns_stdout_and_may_use_its_scratch_folder() -> None:
+    code = "open('notes.txt', 'w').write('4')\nprint(sum(range(10)), open('notes.txt').read())"
+    code += "\nimport os\nopen(os.devnull, 'w').write('discarded')"
+    result = run_python(code)
+    assert (result.reason, result.returncode, result.stdout) == ("ok", 0, "45 4\n")
+    assert {"rlimits", "audit_hook"} <= set(result.layers)
+    assert "sandbox-layers" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "connect",
+    [
+        "import socket\nsocket.create_connection(('127.0.0.1', PORT), timeout=2)",
+        "import _socket\ns = _socket.socket()\ns.connect(('127.0.0.1', PORT))",
+        "import importlib\nsock = importlib.import_module('socket')\n"
+        "sock.create_connection(('127.0.0.1', PORT))",
+    ],
+)
+def test_the_code_cannot_open_a_socket(connect: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        # Even when the code swallows the refusal, the run is reported as blocked.
+        code = f"try:\n    {connect.replace(chr(10), chr(10) + '    ')}\n    print('connected')\n"
+        code += "except Exception as exc:\n    print(type(exc).__name__)\n"
+        result = run_python(code.replace("PORT", str(port)))
+        assert result.reason == "blocked" and "connected" not in result.stdout
+        with pytest.raises(TimeoutError):  # nothing reached the server
+            server.accept()
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        "open(TARGET, 'w').write('x')",
+        "import os\nos.close(os.open(TARGET, os.O_WRONLY | os.O_CREAT))",
+        "import pathlib\npathlib.Path(TARGET).write_text('x')",
+        "import os\nos.symlink(TARGET, 'link')\nopen('link', 'w').write('x')",
+        "import os\nd = os.open(os.path.dirname(TARGET), os.O_RDONLY)\n"
+        "os.open(os.path.basename(TARGET), os.O_WRONLY | os.O_CREAT, dir_fd=d)",
+        "import shutil\nopen('f', 'w').write('x')\nshutil.move('f', TARGET)",
+    ],
+    ids=["open", "os.open", "pathlib", "symlink", "dir_fd", "move"],
+)
+def test_the_code_cannot_write_outside_its_scratch_folder(write: str, tmp_path: Path) -> None:
+    target = tmp_path / "outside.txt"
+    result = run_python(write.replace("TARGET", repr(str(target))))
+    assert result.reason == "blocked", result
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("code", ["while True:\n    pass", "import time\ntime.sleep(60)"])
+def test_the_code_cannot_outlive_its_time_limit(code: str) -> None:
+    start = time.monotonic()
+    result = run_python(code, timeout_s=1.0)
+    elapsed = time.monotonic() - start
+    assert result.reason == "timeout"
+    assert 1.0 <= elapsed < 1.0 + 2.0  # margin: interpreter start and a busy CI machine
+
+
+def test_the_cpu_limit_stops_busy_code_before_the_wall_clock() -> None:
+    result = run_python("while True:\n    pass", timeout_s=60.0, cpu_s=1)
+    assert result.reason == "timeout" and result.wall_s < 20.0  # loose: a busy CI machine
+
+
+def test_the_code_cannot_exceed_its_memory_limit() -> None:
+    result = run_python("block = bytearray(2 * 1024**3)\nprint('allocated')", memory_mb=256)
+    assert result.reason == "memory" and result.stdout == ""
+    assert "MemoryError" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "text"),
+    [
+        ("raise ValueError('bad input')", "error", "ValueError: bad input"),
+        ("import sys\nsys.exit(3)", "error", ""),
+        ("import os\nos.system('echo hi')", "blocked", "os.system"),
+        ("import subprocess\nsubprocess.run(['true'])", "blocked", "subprocess"),
+        ("import ctypes", "blocked", "import of ctypes"),
+        ("def f(): f()\nf()", "error", "RecursionError"),
+        ("print(", "error", "SyntaxError"),
+    ],
+)
+def test_every_failure_is_a_record(code: str, reason: str, text: str) -> None:
+    result = run_python(code)
+    assert result.reason == reason and text in result.stderr
+    if reason == "error":  # the traceback starts at the tool's code, not the bootstrap
+        assert "sandbox_boot" not in result.stderr
+
+
+def test_output_is_truncated_to_the_configured_length() -> None:
+    result = run_python(
+        "print('x' * 100_000)\nraise ValueError('y' * 100_000)", max_output_chars=50
+    )
+    assert result.reason == "error"
+    assert result.stdout.startswith("x" * 50) and len(result.stdout) < 50 + 30
+    assert result.stderr.endswith("y" * 40 + "\n") and len(result.stderr) < 50 + 30
+
+
+def test_python_tool_gives_observation_text_and_never_raises() -> None:
+    tool = PythonTool(timeout_s=1.0, max_output_chars=100)
+    assert tool("print(6 * 7)") == "exit: ok\nstdout:\n42\n"
+    for code, reason in [("while True: pass", "timeout"), ("import socket", "blocked")]:
+        text = tool(code)
+        assert text.startswith(f"exit: {reason}") and len(text) <= 400
+    with pytest.raises(ValueError, match="positive"):
+        PythonTool(timeout_s=0)
+
+
+def test_observation_of_a_record() -> None:
+    result = SandboxResult("1\n", "KeyError: 2\n", "error", 1, 0.1, ())
+    assert result.observation() == "exit: error\nstdout:\n1\n\nstderr:\nKeyError: 2\n"
+    assert result.observation(max_chars=8) == "exit: er\n[... truncated]"
+
+
+def test_the_os_layers_hold_without_the_audit_hook(tmp_path: Path) -> None:
+    require_layers("netns", "readonly_fs")
+    # A plain interpreter (no audit hook) inside enter_sandbox: the kernel refuses both.
+    scratch, target = tmp_path / "scratch", tmp_path / "outside.txt"
+    scratch.mkdir()
+    code = (
+        "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=1)\n"
+        "except OSError as exc:\n    print('net', exc.errno)\n"
+        f"try:\n    open({str(target)!r}, 'w')\n"
+        "except OSError as exc:\n    print('fs', exc.errno)\n"
+        "open('inside.txt', 'w').write('ok')\n"
+    )
+    limits = SandboxLimits(cpu_s=5, memory_bytes=256 * 2**20, file_bytes=2**20)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code],
+        preexec_fn=lambda: enter_sandbox(str(scratch), limits),
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    assert done.stdout.split("\n")[:2] == ["net 101", "fs 30"], done  # ENETUNREACH, EROFS
+    assert not target.exists() and (scratch / "inside.txt").read_text() == "ok"
+
+
+def test_the_audit_hook_alone_holds_where_the_kernel_refuses_the_namespaces(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sandbox_layers, "_LIBC", None)  # as on a machine without the privileges
+    target = tmp_path / "outside.txt"
+    assert run_python("print('up')").layers == ("rlimits", "audit_hook")
+    assert run_python(f"open({str(target)!r}, 'w')").reason == "blocked"
+    assert run_python("import socket").reason == "blocked"
+    assert not target.exists()
+
+
+def test_concurrent_runs_each_get_their_own_scratch_folder() -> None:
+    code = (
+        "import os, tempfile\nwith tempfile.NamedTemporaryFile('w') as f:\n    f.write('x')\n"
+        "print(len(os.listdir('.')))"
+    )
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(run_python, [code] * 4))
+    assert [(r.reason, r.stdout) for r in results] == [("ok", "0\n")] * 4
+
+
+def test_the_code_cannot_signal_the_trainer() -> None:
+    require_layers("pidns")
+    # pidfd_send_signal raises no audit event: the PID namespace hides this process instead.
+    code = f"import os, signal\nsignal.pidfd_send_signal(os.pidfd_open({os.getpid()}), 0)\n"
+    result = run_python(code + "print('reached')")
+    assert result.reason == "error" and "reached" not in result.stdout
+    assert "ProcessLookupError" in result.stderr
