@@ -85,6 +85,7 @@ def test_an_unknown_advantage_raises_instead_of_falling_through():
         scores = torch.ones(4)
         group_ids = torch.tensor([0, 0, 1, 1])
         response_mask = torch.ones(4, 3, dtype=torch.bool)
+        agent_mask = turn_ends = turn_rewards = None  # a single-turn rollout
 
     with pytest.raises(ValueError, match="unknown advantage 'reinforce'"):
         compute_advantages(
