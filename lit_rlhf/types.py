@@ -70,6 +70,8 @@ class Rollout:
     # response index of each turn, -1 for turns not taken
     turn_rewards: Tensor | None = None  # [B, K] float32, the environment's reward per turn
     cut: Tensor | None = None  # [B] bool, the episode was cut by a token budget
+    # the weight version (updates done) the engine sampled with; set by one-step-off training
+    weight_version: int | None = None
 
     @property
     def input_ids(self) -> Tensor:  # [B, T]

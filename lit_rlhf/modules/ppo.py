@@ -10,7 +10,6 @@ References: PPO (arXiv 1707.06347), PPO for LMs (Ziegler et al., arXiv 1909.0859
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -24,6 +23,7 @@ from lit_rlhf.metrics import GroupedMean
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.loading import Dtype
 from lit_rlhf.models.lora import LoRASettings, check_quantize_supported
+from lit_rlhf.modules.ppo_setup import check_module_settings, multiturn_rollout
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.combine import combined_reward
 from lit_rlhf.rollout.base import GenerationEngine
@@ -38,8 +38,6 @@ from lit_rlhf.training import (
     build_policy_networks,
     check_trainable_precision,
 )
-from lit_rlhf.training.multiturn import MultiTurnRollout, MultiTurnSettings
-from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 from lit_rlhf.types import Experience, Rollout
 
 
@@ -159,6 +157,11 @@ class PPOModule(LightningModule):
             error observation and counted as a fault (``env/faults``).
         budget_penalty: the score of an episode a token budget cut; None: such episodes are
             left out of the loss (their score still enters the group baseline).
+        max_staleness: 0: on-policy (each batch is generated, then trained on). k >= 1:
+            one-step-off training (:mod:`lit_rlhf.training.overlap`): batch t + k is generated
+            in a background thread while the update on batch t runs; the objective is AReaL's
+            decoupled PPO (clip against the proximal policy, times ``mismatch_correction``'s
+            weight ``pi_prox / mu``); the first k steps only generate. docs/agents.md.
         seed: seeds the mini-batch shuffling.
         max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
             (on every rank; logged as ``fault/skipped_steps``); this many in a row stop the run
@@ -246,6 +249,7 @@ class PPOModule(LightningModule):
         max_episode_tokens: int | None = None,
         env_step_timeout: float = 5.0,
         budget_penalty: float | None = None,
+        max_staleness: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer", "environment"])
@@ -267,14 +271,14 @@ class PPOModule(LightningModule):
         self.lr_settings = LRScheduleSettings.from_hparams(hp)  # validates
         self.lora = LoRASettings.from_hparams(hp)
         self.lora.check()  # quantize needs adapters
-        _check_module_settings(hp)
+        check_module_settings(hp)
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
         self.rollouts = RolloutCollector(
             self.engine,
             reward,
             fallback=hp.reward_fallback,
-            multiturn=_multiturn(environment, hp),
+            multiturn=multiturn_rollout(environment, hp),
         )
         self.rl = PolicyStep(
             self.settings,
@@ -350,8 +354,16 @@ class PPOModule(LightningModule):
 
     # ------------------------------------------------------------- training
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Tensor] | None:
+        if self.rl.overlap is not None:  # max_staleness > 0: this batch generates meanwhile
+            with self.rl.overlapped(self, batch) as ready:
+                out = None if ready is None else self.update(ready, len(batch["prompt"]))
+            return out
         rollout = self.collect_rollout(batch)  # sample G responses per prompt, score them
-        filled = self.rl.filled(self, rollout, len(batch["prompt"]))  # dynamic sampling
+        return self.update(rollout, len(batch["prompt"]))
+
+    def update(self, rollout: Rollout, prompts: int) -> dict[str, Tensor] | None:
+        """Update on a scored rollout of ``prompts`` prompts (or buffer it: dynamic sampling)."""
+        filled = self.rl.filled(self, rollout, prompts)  # dynamic sampling
         if filled is None:
             return None  # not enough groups whose rewards differ yet: draw the next batch
         rollout = filled
@@ -451,39 +463,6 @@ class PPOModule(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rl.load(self, checkpoint)
-
-
-def _multiturn(environment: Environment | None, hparams: Any) -> MultiTurnRollout | None:
-    """The multi-turn loop over ``environment`` (validated), or None (single-turn)."""
-    settings = MultiTurnSettings(
-        max_turns=hparams.max_turns,
-        max_turn_tokens=hparams.max_turn_tokens,
-        max_episode_tokens=hparams.max_episode_tokens,
-        env_step_timeout=hparams.env_step_timeout,
-        budget_penalty=hparams.budget_penalty,
-    )
-    settings.check()
-    if environment is None:
-        return None
-    clashes = [name for name in ("dynamic_sampling", "overlong_filter") if hparams[name]]
-    clashes += ["overlong_buffer"] if hparams.overlong_buffer is not None else []
-    if clashes:
-        raise ValueError(
-            f"environment (multi-turn rollouts) does not combine with {', '.join(clashes)} yet. "
-            "Fix: unset those settings, or leave environment unset."
-        )
-    return MultiTurnRollout(environment, settings)
-
-
-def _check_module_settings(hparams: Any) -> None:
-    """The module's own settings (the update's are checked by ``PPOSettings``)."""
-    threshold = hparams.pass_threshold
-    rules = [
-        *module_setting_rules(hparams),
-        ("pass_threshold", math.isfinite(threshold), "finite"),
-        ("val_samples", hparams.val_samples >= 1, ">= 1 (1: greedy / one sample only)"),
-    ]
-    refuse_out_of_range(rules, hparams)
 
 
 __all__ = ["PPOModule"]

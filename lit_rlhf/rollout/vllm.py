@@ -92,10 +92,13 @@ class VLLMGenerationEngine:
 
     Its log-probs come from vLLM's own kernels (``separate_numerics``), so they differ from the
     trainer's forward pass: ``PPOModule(mismatch_correction="auto")`` corrects the gradient with
-    truncated importance sampling and logs the gap as ``rollout/mismatch_*``.
+    truncated importance sampling and logs the gap as ``rollout/mismatch_*``. It generates from
+    its own copy of the weights (``serves_own_weights``), so with ``max_staleness`` > 0 it can
+    sample the next batch while the update writes the policy.
     """
 
     separate_numerics = True
+    serves_own_weights = True
 
     def __init__(
         self,

@@ -11,8 +11,8 @@ manual optimisation with one optimizer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
 from typing import Any
 
@@ -28,6 +28,7 @@ from lit_rlhf.training.experience import build_experience, experience_stats
 from lit_rlhf.training.frozen import FrozenModules, drop_frozen_weights, restore_frozen_weights
 from lit_rlhf.training.lr_schedule import LRScheduleSettings
 from lit_rlhf.training.optimization import OptimizerStep
+from lit_rlhf.training.overlap import OverlappedRollouts, unused_queue_warning
 from lit_rlhf.training.ppo_update import PPOUpdate
 from lit_rlhf.training.protocols import policy_loss_terms
 from lit_rlhf.training.rollouts import RolloutCollector, rollout_stats
@@ -89,6 +90,9 @@ class PolicyStep:
             else None
         )
         self.norm_length = _norm_length(settings, collector.engine)
+        k = settings.max_staleness  # one-step-off: rollouts generated beside the update
+        self.overlap = OverlappedRollouts(k) if k > 0 else None
+        self._overlapping = False  # the engine's weight sync waits for the worker
 
     def check_data(self, module: Any) -> None:
         """``LightningModule.setup`` (before ``configure_model`` loads any network): the data's
@@ -98,6 +102,8 @@ class PolicyStep:
         batch_size = getattr(data, "batch_size", None)
         if isinstance(batch_size, int):
             self.settings.check_rollout_size(batch_size)
+        if self.overlap is not None:
+            self.overlap.check(module.trainer, self.collector.engine)
         longest = getattr(data, "longest_prompt", 0)
         new_tokens = getattr(self.collector.engine, "max_new_tokens", None)
         buffer = self.settings.overlong_buffer
@@ -133,6 +139,40 @@ class PolicyStep:
             trainer=module.trainer,
             module=module,
         )
+        return self._penalized(rollout)
+
+    @contextmanager
+    def overlapped(self, module: Any, batch: dict[str, Any]) -> Iterator[Rollout | None]:
+        """One-step-off (``max_staleness`` k > 0): ``batch`` is generated in the background
+        while the body updates on the yielded rollout, the one generated k steps ago (None while
+        the queue fills); on exit the new rollout is scored and queued and the engine serves the
+        updated weights (:mod:`lit_rlhf.training.overlap`)."""
+        assert self.overlap is not None
+        g = self.settings.samples_per_prompt
+        collector, tokenizer = self.collector, module.tokenizer
+
+        def generate(model: Any) -> Any:
+            return collector.generate(model, tokenizer, batch, samples_per_prompt=g)
+
+        def score(out: Any) -> Rollout:
+            rollout = collector.scored(
+                tokenizer, batch, out, samples_per_prompt=g, trainer=module.trainer, module=module
+            )
+            return self._penalized(rollout)
+
+        self._overlapping = True
+        try:
+            with self.overlap.step(
+                module.policy, collector.engine, module.rollout_step, generate, score
+            ) as ready:
+                yield ready
+        finally:
+            self._overlapping = False
+        stats = {k: v.float() for k, v in self.overlap.last_stats.items()}
+        module.log_dict(stats, on_step=True, batch_size=len(batch["prompt"]) * g)
+
+    def _penalized(self, rollout: Rollout) -> Rollout:
+        """DAPO's soft overlong penalty added to the scores (``overlong_buffer`` set)."""
         buffer = self.settings.overlong_buffer
         if buffer is not None:
             penalty = overlong_penalty(
@@ -250,7 +290,7 @@ class PolicyStep:
             module.optimizers(),
             self.step_optimizer,
             generator=self.shuffle,
-            after_step=lambda: engine.sync_weights(module.policy),
+            after_step=lambda: None if self._overlapping else engine.sync_weights(module.policy),
         )
 
     def log(
@@ -296,6 +336,8 @@ class PolicyStep:
         }
         if self.sampler is not None:  # the groups gathered since the last update
             checkpoint["lit_rlhf"]["dynamic_sampling"] = self.sampler.state_dict()
+        if self.overlap is not None:  # generated ahead, not yet trained on
+            checkpoint["lit_rlhf"]["overlap"] = self.overlap.state_dict()
         reward_state = getattr(self.collector.reward, "state_dict", None)
         if callable(reward_state):  # a stateful reward (e.g. ScalarRMReward's running mean)
             checkpoint["lit_rlhf"]["reward"] = reward_state()
@@ -321,6 +363,10 @@ class PolicyStep:
         self.step_optimizer.load_state_dict(state.get("optimizer_step", {}))
         if self.sampler is not None and "dynamic_sampling" in state:
             self.sampler.load_state_dict(state["dynamic_sampling"])
+        if self.overlap is not None:
+            self.overlap.load_state_dict(state.get("overlap", {}))
+        else:
+            unused_queue_warning(state.get("overlap", {}))
         restore = getattr(self.collector.reward, "load_state_dict", None)
         if "reward" in state and callable(restore):
             restore(state["reward"])
@@ -328,6 +374,8 @@ class PolicyStep:
     def close(self) -> None:
         """Release what the generation engine holds outside PyTorch (a vLLM instance); engines
         without such resources have no ``close``."""
+        if self.overlap is not None:
+            self.overlap.close()
         close = getattr(self.collector.engine, "close", None)
         if callable(close):
             close()
@@ -335,13 +383,14 @@ class PolicyStep:
 
 def resolve_mismatch(settings: PPOSettings, engine: Any) -> str:
     """``mismatch_correction`` for this engine: ``auto`` is ``tis`` for an engine whose
-    log-probs come from its own kernels (``separate_numerics``, e.g. vLLM) when the trainer's
-    old log-probs exist (one update per rollout, or ``recompute_old_log_probs``), else
-    ``none``."""
+    log-probs come from its own kernels (``separate_numerics``, e.g. vLLM) or with
+    ``max_staleness`` > 0 (samples from older weights), when the trainer's old log-probs exist
+    (one update per rollout, or ``recompute_old_log_probs``), else ``none``."""
     chosen = settings.mismatch_correction
     if chosen != "auto":
         return chosen
-    separate = bool(getattr(engine, "separate_numerics", False))
+    # one-step-off samples come from older weights: the decoupled objective's weight is TIS's
+    separate = bool(getattr(engine, "separate_numerics", False)) or settings.max_staleness > 0
     return "tis" if separate and settings.trainer_old_log_probs else "none"
 
 

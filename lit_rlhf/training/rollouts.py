@@ -78,25 +78,54 @@ class RolloutCollector:
         sampled tokens' log-probs. With ``trainer`` given, the reward-term callbacks of
         ``trainer.callbacks`` add their terms to the scores (training rollouts)."""
         g = samples_per_prompt
-        prompt_ids = batch["input_ids"].repeat_interleave(g, dim=0)
-        prompt_mask = batch["attention_mask"].bool().repeat_interleave(g, dim=0)
-        expand = [i for i in range(len(batch["prompt"])) for _ in range(g)]
         if self.multiturn is not None:
+            prompt_ids, prompt_mask, expand = _expanded(batch, g)
             return self._collect_episodes(
                 policy, tokenizer, batch, prompt_ids, prompt_mask, expand,
                 greedy=greedy, log_probs=log_probs, trainer=trainer, module=module,
             )  # fmt: skip
-        out = self.engine.generate(
+        out = self.generate(
+            policy, tokenizer, batch, samples_per_prompt=g, greedy=greedy, log_probs=log_probs
+        )
+        return self.scored(
+            tokenizer, batch, out, samples_per_prompt=g, trainer=trainer, module=module
+        )
+
+    @torch.no_grad()
+    def generate(
+        self,
+        policy: nn.Module,
+        tokenizer: Any,
+        batch: dict[str, Any],
+        *,
+        samples_per_prompt: int,
+        greedy: bool = False,
+        log_probs: bool = True,
+    ) -> GenerationOutput:
+        """The engine's ``samples_per_prompt`` responses per prompt of ``batch`` (single-turn),
+        unscored; :meth:`scored` scores them (one-step-off training generates in a worker thread
+        and scores in the main one)."""
+        prompt_ids, prompt_mask, _ = _expanded(batch, samples_per_prompt)
+        return self.engine.generate(
             policy, prompt_ids, prompt_mask, tokenizer, greedy=greedy, log_probs=log_probs
         )
-        rollout = self._scored(
-            prompt_ids,
-            prompt_mask,
-            out,
-            expand,
-            batch,
-            tokenizer.batch_decode(out.response_ids, skip_special_tokens=True),
-        )
+
+    @torch.no_grad()
+    def scored(
+        self,
+        tokenizer: Any,
+        batch: dict[str, Any],
+        out: GenerationOutput,
+        *,
+        samples_per_prompt: int,
+        trainer: Any = None,
+        module: Any = None,
+    ) -> Rollout:
+        """The rollout of :meth:`generate`'s output, scored (with the reward-term callbacks of
+        ``trainer`` when given)."""
+        prompt_ids, prompt_mask, expand = _expanded(batch, samples_per_prompt)
+        texts = tokenizer.batch_decode(out.response_ids, skip_special_tokens=True)
+        rollout = self._scored(prompt_ids, prompt_mask, out, expand, batch, texts)
         if trainer is not None:
             self._add_reward_terms(rollout, trainer, module)
         return rollout
@@ -190,6 +219,13 @@ class RolloutCollector:
         )
         extra, rollout.term_stats = reward_terms(trainer, module, ctx)
         rollout.scores = rollout.scores + extra
+
+
+def _expanded(batch: dict[str, Any], g: int) -> tuple[Tensor, Tensor, list[int]]:
+    """The prompt ids and mask of ``batch`` repeated ``g`` times each, and each row's prompt."""
+    prompt_ids = batch["input_ids"].repeat_interleave(g, dim=0)
+    prompt_mask = batch["attention_mask"].bool().repeat_interleave(g, dim=0)
+    return prompt_ids, prompt_mask, [i for i in range(len(batch["prompt"])) for _ in range(g)]
 
 
 def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:

@@ -62,6 +62,7 @@ class PPOSettings:
     overlong_penalty_factor: float = 1.0
     dynamic_sampling: bool = False
     dynamic_sampling_max_rounds: int = 10
+    max_staleness: int = 0
 
     def __post_init__(self) -> None:
         self._check_literals()
@@ -107,6 +108,8 @@ class PPOSettings:
              ">= 0 and finite"),
             ("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds >= 1,
              ">= 1 (prompt batches drawn in a row for one update)"),
+            ("max_staleness", self.max_staleness >= 0,
+             ">= 0 (0: on-policy; k: each update trains on a batch sampled k updates before)"),
         ]  # fmt: skip
         for name, ok, wanted in rules:
             if not ok:
@@ -130,6 +133,7 @@ class PPOSettings:
                 "trainer's old log-probs are not computed. Fix: set recompute_old_log_probs: "
                 "true (or one update per rollout: ppo_epochs 1, mini_batch_size null)."
             )
+        self._check_staleness()
         if self.dynamic_sampling and self.samples_per_prompt < 2:
             raise ValueError(
                 "dynamic_sampling keeps groups whose rewards differ, and a group of "
@@ -140,6 +144,33 @@ class PPOSettings:
             raise ValueError(
                 f"advantage={self.advantage!r} compares samples of the same prompt: set "
                 "samples_per_prompt >= 2, or use advantage='gae' with a critic"
+            )
+
+    def _check_staleness(self) -> None:
+        if self.max_staleness == 0:
+            return
+        problem = fix = ""
+        if not self.trainer_old_log_probs:
+            problem = (
+                "clips against the proximal policy (the weights before the update), whose "
+                "log-probs the trainer computes only with one update per rollout or "
+                "recompute_old_log_probs"
+            )
+            fix = "set recompute_old_log_probs: true (or ppo_epochs 1, mini_batch_size null)"
+        elif self.mismatch_correction == "none":
+            problem = (
+                "samples from older weights, and mismatch_correction='none' would drop the "
+                "importance weight pi_prox / mu that corrects for them (the update would be "
+                "silently off-policy)"
+            )
+            fix = "set mismatch_correction: tis (or auto, or mask)"
+        elif self.dynamic_sampling:
+            problem = "does not combine with dynamic_sampling yet"
+            fix = "set dynamic_sampling: false, or max_staleness: 0"
+        if problem:
+            raise ValueError(
+                f"max_staleness={self.max_staleness} (decoupled PPO, arXiv 2505.24298) "
+                f"{problem}. Fix: {fix}."
             )
 
     @classmethod
