@@ -56,6 +56,8 @@ import torch
 SIZES = {"tiny": "builtin:small-llama", "mid": "builtin:mid-llama"}
 PROMPTS, PROMPTS_PER_STEP, SAMPLES, NEW_TOKENS, LR = 256, 8, 4, 64, 1e-6
 MICRO_BATCH_TOKENS: int | None = None  # --micro-batch-tokens: lit-rlhf's packed update
+MAX_STALENESS = 0  # --max-staleness: one-step-off training (scripts/bench_overlap.py)
+OVERLAP_KEYS = ("time/generate_s", "time/update_s", "time/wait_s", "rollout/overlap")
 QUESTION = "Use the numbers {numbers} to make {target}."  # 13-16 tokens
 
 
@@ -141,6 +143,7 @@ def run_lit_rlhf(model: str, beta: float, total_steps: int, engine_kind: str) ->
     times: list[float] = []
     gen_times: list[float] = []
     lengths: list[float] = []
+    overlap: dict[str, list[float]] = {key: [] for key in OVERLAP_KEYS}
 
     class Timer(L.Callback):
         def on_train_batch_start(self, *args: Any) -> None:
@@ -149,7 +152,10 @@ def run_lit_rlhf(model: str, beta: float, total_steps: int, engine_kind: str) ->
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
             times.append(time.perf_counter() - self.start)
             gen_times.append(timed.seconds - self.gen)
-            lengths.append(float(trainer.callback_metrics["rollout/response_length"]))
+            logged = trainer.callback_metrics
+            lengths.append(float(logged.get("rollout/response_length", float("nan"))))
+            for key, values in overlap.items():  # one-step-off only
+                values.append(float(logged.get(key, float("nan"))))
 
     L.seed_everything(0, verbose=False)
     data = PromptDataModule(
@@ -173,6 +179,7 @@ def run_lit_rlhf(model: str, beta: float, total_steps: int, engine_kind: str) ->
         kl_estimator="k3",
         lr=LR,
         max_grad_norm=1.0,
+        max_staleness=MAX_STALENESS,
     )
     L.Trainer(
         accelerator="cpu",
@@ -185,7 +192,7 @@ def run_lit_rlhf(model: str, beta: float, total_steps: int, engine_kind: str) ->
         num_sanity_val_steps=0,
         callbacks=[Timer()],
     ).fit(module, datamodule=data)
-    return {"times": times, "gen": gen_times, "lengths": lengths}
+    return {"times": times, "gen": gen_times, "lengths": lengths, "overlap": overlap}
 
 
 def run_trl(model: str, beta: float, total_steps: int) -> dict[str, Any]:
@@ -304,9 +311,9 @@ def child(opts: argparse.Namespace) -> None:
     torch.set_num_threads(opts.threads)
     model = SIZES[opts.size]
     total = opts.warmup + opts.steps
-    global NEW_TOKENS, SAMPLES, MICRO_BATCH_TOKENS
+    global NEW_TOKENS, SAMPLES, MICRO_BATCH_TOKENS, MAX_STALENESS
     NEW_TOKENS, SAMPLES = opts.new_tokens, opts.samples
-    MICRO_BATCH_TOKENS = opts.micro_batch_tokens
+    MICRO_BATCH_TOKENS, MAX_STALENESS = opts.micro_batch_tokens, opts.max_staleness
     if opts.child == "trl":
         result = run_trl(model, opts.beta, total)
     else:
@@ -325,6 +332,7 @@ def spawn(kind: str, size: str, beta: float, opts: argparse.Namespace) -> dict[s
     args += ["--new-tokens", str(NEW_TOKENS), "--samples", str(SAMPLES)]
     if opts.micro_batch_tokens is not None:
         args += ["--micro-batch-tokens", str(opts.micro_batch_tokens)]
+    args += ["--max-staleness", str(getattr(opts, "max_staleness", 0))]
     out = subprocess.run(args, capture_output=True, text=True)
     if out.returncode != 0:
         tail = "\n".join(out.stderr.strip().splitlines()[-15:])
@@ -411,6 +419,7 @@ def main() -> None:
         default=None,
         help="lit-rlhf's update packed in micro-batches of this many tokens (default: padded)",
     )
+    parser.add_argument("--max-staleness", type=int, default=0, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -22,6 +22,10 @@ class GenerationEngine(Protocol):
     ``log_probs=False`` says the caller does not need the sampled tokens' log-probs (the PPO
     module with one update per rollout takes them from its own forward); an engine may then skip
     computing them and return ``log_probs=None``.
+
+    ``max_new_tokens`` caps one call below the engine's own ``max_new_tokens`` (the multi-turn
+    loop's per-turn budgets); None: the engine's cap (:func:`call_budget`). An engine without the
+    keyword is called without it and its output is cut by the caller.
     """
 
     temperature: float
@@ -35,6 +39,7 @@ class GenerationEngine(Protocol):
         *,
         greedy: bool = False,
         log_probs: bool = True,
+        max_new_tokens: int | None = None,
     ) -> GenerationOutput: ...
 
     def sync_weights(self, model: nn.Module) -> None:
@@ -57,6 +62,16 @@ def check_sampling_args(
         raise ValueError(f"top_p must be in (0, 1] (1.0 disables it), got {top_p}")
     if top_k < 0:
         raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+
+
+def call_budget(engine_cap: int, requested: int | None) -> int:
+    """The new tokens one ``generate`` call may sample: ``requested`` (>= 1) capped by the
+    engine's ``max_new_tokens``; None: the engine's cap."""
+    if requested is None:
+        return engine_cap
+    if requested < 1:
+        raise ValueError(f"max_new_tokens for one call must be >= 1, got {requested}")
+    return min(int(requested), engine_cap)
 
 
 def ranks_in_lockstep(synced_gpus: bool | None) -> bool:

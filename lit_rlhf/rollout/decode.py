@@ -24,7 +24,12 @@ from torch import Tensor, nn
 from transformers import DynamicCache, StaticCache
 
 from lit_rlhf.models.forward import model_cache_kwarg, position_ids_from_mask
-from lit_rlhf.rollout.base import check_sampling_args, eval_mode, ranks_in_lockstep
+from lit_rlhf.rollout.base import (
+    call_budget,
+    check_sampling_args,
+    eval_mode,
+    ranks_in_lockstep,
+)
 from lit_rlhf.rollout.hf import finish_output, response_mask_from_eos
 from lit_rlhf.types import GenerationOutput
 
@@ -161,8 +166,10 @@ class DecodeLoopEngine:
         *,
         greedy: bool = False,
         log_probs: bool = True,
+        max_new_tokens: int | None = None,
     ) -> GenerationOutput:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        steps = call_budget(self.max_new_tokens, max_new_tokens)
         sampling = _Sampling(
             temperature=1.0 if greedy else self.temperature,
             greedy=greedy,
@@ -170,26 +177,26 @@ class DecodeLoopEngine:
             pad_id=pad_id,
             log_probs=log_probs,
         )
-        state = self._start(model, input_ids, attention_mask, pad_id)
+        state = self._start(model, input_ids, attention_mask, pad_id, steps)
         decode = self._decode_forward(model)
         synced = ranks_in_lockstep(self.synced_gpus)
-        used = self.max_new_tokens
+        used = steps
         with eval_mode(model):
             logits = self._prefill(model, input_ids, state)
-            for t in range(self.max_new_tokens):
+            for t in range(steps):
                 token = self._sample_step(logits, state, t, sampling)
-                if t + 1 == self.max_new_tokens or (not synced and bool(state.finished.all())):
+                if t + 1 == steps or (not synced and bool(state.finished.all())):
                     used = t + 1
                     break
                 logits = self._decode_step(decode, token, state, t)
         return self._finish(state, used, tokenizer, sampling)
 
     def _start(
-        self, model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pad_id: int
+        self, model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pad_id: int, steps: int
     ) -> _DecodeState:
-        """Allocate the cache, the whole attention mask and the output buffers of one call."""
+        """Allocate the cache, the whole attention mask and the output buffers of one call of
+        at most ``steps`` new tokens."""
         batch, prompt_len = input_ids.shape
-        steps = self.max_new_tokens
         # the whole mask up front; step t attends to its first prompt_len + t + 1 columns
         slots = prompt_len + steps
         if self.compile:

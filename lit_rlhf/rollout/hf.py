@@ -8,7 +8,12 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from lit_rlhf.rollout.base import check_sampling_args, eval_mode, ranks_in_lockstep
+from lit_rlhf.rollout.base import (
+    call_budget,
+    check_sampling_args,
+    eval_mode,
+    ranks_in_lockstep,
+)
 from lit_rlhf.types import GenerationOutput
 
 
@@ -75,11 +80,11 @@ class HFGenerationEngine:
         self.use_cache = use_cache
         self.synced_gpus = synced_gpus
 
-    def _config(self, tokenizer: Any, greedy: bool) -> GenerationConfig:
+    def _config(self, tokenizer: Any, greedy: bool, max_new_tokens: int) -> GenerationConfig:
         # A fresh config: a checkpoint's generation_config (repetition penalty, its own sampling
         # defaults) must not silently change the sampling distribution.
         return GenerationConfig(
-            max_new_tokens=self.max_new_tokens,
+            max_new_tokens=max_new_tokens,
             do_sample=not greedy,
             temperature=None if greedy else self.temperature,
             top_p=None if greedy or self.top_p >= 1.0 else self.top_p,
@@ -99,14 +104,16 @@ class HFGenerationEngine:
         *,
         greedy: bool = False,
         log_probs: bool = True,
+        max_new_tokens: int | None = None,
     ) -> GenerationOutput:
         prompt_len = input_ids.shape[1]
+        budget = call_budget(self.max_new_tokens, max_new_tokens)
         recorder = _RecordLogProbs(1.0 if greedy else self.temperature, prompt_len)
         with eval_mode(model):
             sequences = model.generate(  # type: ignore[operator]
                 input_ids=input_ids,
                 attention_mask=attention_mask.long(),
-                generation_config=self._config(tokenizer, greedy),
+                generation_config=self._config(tokenizer, greedy, budget),
                 logits_processor=LogitsProcessorList([recorder] if log_probs else []),
                 synced_gpus=ranks_in_lockstep(self.synced_gpus),
             )

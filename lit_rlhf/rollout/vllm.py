@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.models.lora import served_parameters
-from lit_rlhf.rollout.base import check_sampling_args, eval_mode
+from lit_rlhf.rollout.base import call_budget, check_sampling_args, eval_mode
 from lit_rlhf.rollout.hf import finish_output, response_mask_from_eos
 from lit_rlhf.rollout.weight_sync import WeightSnapshot, run_with_deadline
 from lit_rlhf.types import GenerationOutput
@@ -166,17 +166,22 @@ class VLLMGenerationEngine:
         *,
         greedy: bool = False,
         log_probs: bool = True,
+        max_new_tokens: int | None = None,
     ) -> GenerationOutput:
         llm = self._awake_llm(model)
+        budget = call_budget(self.max_new_tokens, max_new_tokens)
         mask = attention_mask.bool()
         prompts = [  # token ids, left padding stripped
             {"prompt_token_ids": input_ids[i][mask[i]].tolist()} for i in range(len(input_ids))
         ]
-        params: Any = self._sampling_params(tokenizer, greedy, log_probs)
+        params: Any = self._sampling_params(tokenizer, greedy, log_probs, budget=budget)
         if self.request_seeds and not greedy:
             # one seed per request from torch's (checkpointed) global generator
             seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist()
-            params = [self._sampling_params(tokenizer, greedy, log_probs, seed=s) for s in seeds]
+            params = [
+                self._sampling_params(tokenizer, greedy, log_probs, seed=s, budget=budget)
+                for s in seeds
+            ]
         outputs = llm.generate(prompts, params, use_tqdm=False)
         response_ids, chosen = _pad_outputs(outputs, tokenizer.pad_token_id, log_probs)
         response_ids = response_ids.to(input_ids.device)
@@ -194,14 +199,15 @@ class VLLMGenerationEngine:
         return finish_output(response_ids, response_mask, chosen, tokenizer.pad_token_id)
 
     def _sampling_params(
-        self, tokenizer: Any, greedy: bool, log_probs: bool = True, seed: int | None = None
-    ) -> Any:
+        self, tokenizer: Any, greedy: bool, log_probs: bool = True, seed: int | None = None,
+        budget: int | None = None,
+    ) -> Any:  # fmt: skip
         from vllm import SamplingParams
 
         eos = tokenizer.eos_token_id
         return SamplingParams(
             n=1,
-            max_tokens=self.max_new_tokens,
+            max_tokens=budget or self.max_new_tokens,
             temperature=0.0 if greedy else self.temperature,
             top_p=1.0 if greedy else self.top_p,
             top_k=0 if greedy else self.top_k,

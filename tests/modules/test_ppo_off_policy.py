@@ -18,8 +18,8 @@ from lit_rlhf.data import CountdownPrompts, PromptDataModule
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.rollout import HFGenerationEngine
-from tests.helpers import prompt_loader, quiet_trainer
 from lit_rlhf.types import RewardOutput
+from tests.helpers import prompt_loader, quiet_trainer
 from tests.modules.test_ppo import PROMPTS, make_module
 
 

@@ -62,6 +62,29 @@ def test_log_probs_false_returns_none_and_the_same_tokens(tiny, engine_class):
     assert torch.equal(with_lp.response_mask, without.response_mask)
 
 
+@pytest.mark.parametrize("engine_class", [HFGenerationEngine, DecodeLoopEngine])
+def test_a_per_call_token_budget_cuts_that_call_only(tiny, engine_class):
+    """``generate(max_new_tokens=k)``: at most k tokens, the first k of a full call's with the
+    same draws; a budget above the engine's cap is capped; 0 is refused."""
+    tokenizer, model = tiny
+    enc = tokenizer(["abc", "Using the numbers [1, 2]"], return_tensors="pt", padding=True)
+    engine = engine_class(max_new_tokens=8, temperature=0.7)
+    outs = {}
+    for budget in (None, 3, 50):
+        torch.manual_seed(0)
+        outs[budget] = engine.generate(
+            model, enc.input_ids, enc.attention_mask, tokenizer, max_new_tokens=budget
+        )
+    full, short = outs[None], outs[3]
+    assert full.response_ids.shape[1] == 8 and short.response_ids.shape[1] <= 3
+    width = short.response_ids.shape[1]
+    assert torch.equal(short.response_ids, full.response_ids[:, :width])
+    assert torch.allclose(short.log_probs, full.log_probs[:, :width], atol=1e-5)
+    assert torch.equal(outs[50].response_ids, full.response_ids)  # capped at the engine's 8
+    with pytest.raises(ValueError, match="must be >= 1"):
+        engine.generate(model, enc.input_ids, enc.attention_mask, tokenizer, max_new_tokens=0)
+
+
 @pytest.mark.parametrize("kwargs", [{"temperature": 0.0}, {"max_new_tokens": 0}, {"top_p": 1.5}])
 def test_engine_rejects_bad_settings(kwargs):
     with pytest.raises(ValueError):

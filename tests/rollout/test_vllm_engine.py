@@ -221,6 +221,16 @@ def test_close_then_generate_starts_a_new_instance_with_every_weight_pushed(
     assert max_diff(out.log_probs, ref.log_probs, out.response_mask) < LOGPROB_TOL
 
 
+def test_a_per_call_token_budget_cuts_that_call_only(engine, policy, tokenizer, batch):
+    full = engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
+    short = engine.generate(
+        policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True, max_new_tokens=4
+    )
+    width = short.response_ids.shape[1]
+    assert width <= 4 and full.response_ids.shape[1] > 4
+    assert torch.equal(short.response_ids, full.response_ids[:, :width])
+
+
 def test_without_log_probs_the_tokens_are_the_same(engine, policy, tokenizer, batch):
     args = (policy, batch.input_ids, batch.attention_mask, tokenizer)
     with_lp = engine.generate(*args, greedy=True)
