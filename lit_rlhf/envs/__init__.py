@@ -1,11 +1,13 @@
 """Multi-turn environments and tools (above rewards, below the training core): the
-:class:`Environment` protocol, the tag tool-call format, the example environments and the
-sandboxed Python code tool (:func:`run_python`, :class:`PythonTool`)."""
+:class:`Environment` protocol, the tag tool-call format, the example environments, the
+sandboxed Python code tool (:func:`run_python`, :class:`PythonTool`) and environments of named
+tools (:class:`ToolEnv`, :class:`PythonCodeEnv`)."""
 
 from lit_rlhf.envs.base import Environment, StepResult, check_environment
 from lit_rlhf.envs.calculator import CountdownCalculatorEnv
 from lit_rlhf.envs.guess_number import GuessNumberEnv, GuessNumberPrompts, episode_reward_only
 from lit_rlhf.envs.sandbox import ExitReason, PythonTool, SandboxResult, run_python
+from lit_rlhf.envs.tool_env import PythonCodeEnv, ToolEnv
 from lit_rlhf.envs.tools import ToolCall, ToolCallError, parse_tool_call
 
 __all__ = [
@@ -14,11 +16,13 @@ __all__ = [
     "ExitReason",
     "GuessNumberEnv",
     "GuessNumberPrompts",
+    "PythonCodeEnv",
     "PythonTool",
     "SandboxResult",
     "StepResult",
     "ToolCall",
     "ToolCallError",
+    "ToolEnv",
     "check_environment",
     "episode_reward_only",
     "parse_tool_call",
