@@ -2,7 +2,8 @@
 
 Workload: scripts/benchmark.py's GRPO step (8 Countdown-style prompts x 4 samples, up to 64 new
 tokens, random-weight ``builtin:small-llama`` "tiny" and ``builtin:mid-llama`` "mid", fp32, one
-update per rollout) with the vLLM engine (compiled, colocated in-process). Each run is a fresh
+update per rollout) with the vLLM engine (compiled, colocated in-process; ``--engine hf``:
+transformers' generate on a snapshot copy of the policy). Each run is a fresh
 process; ``--repeats`` runs per mode alternate (A B, B A, ...); the first ``--warmup`` steps of
 each run are dropped (vLLM compiles inside the first; one-step-off's first step only generates).
 
@@ -38,7 +39,7 @@ def run_pair(size: str, opts: argparse.Namespace) -> dict[int, dict[str, list[fl
     for r in range(opts.repeats):
         for k in (0, 1) if r % 2 == 0 else (1, 0):
             opts.max_staleness = k
-            result = benchmark.spawn("vllm", size, 0.0, opts)
+            result = benchmark.spawn(opts.engine, size, 0.0, opts)
             into = pooled.setdefault(k, {"times": [], "gen": []})
             into["times"] += result["times"][opts.warmup :]
             into["gen"] += result["gen"][opts.warmup :]
@@ -80,6 +81,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--engine", choices=["vllm", "hf"], default="vllm", help="hf: transformers generate"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the pooled steps as JSON")
     opts = parser.parse_args()
     if opts.warmup < 2:
@@ -89,7 +93,8 @@ def main() -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     print(
         f"{opts.steps} timed steps after {opts.warmup} warm-up per run, {opts.repeats} runs per "
-        f"mode alternating, {opts.threads} threads, vLLM engine; medians over the timed steps",
+        f"mode alternating, {opts.threads} threads, {opts.engine} engine; medians over the "
+        "timed steps",
         flush=True,
     )
     results: dict[str, Any] = {}
