@@ -6,21 +6,28 @@ observation rendered once with the chat template's ``tool`` role and tokenised o
 agent's sampled tokens are kept as sampled, never decoded and re-rendered, so the tokens the
 update trains on are exactly the ones the engine sampled, with the engine's log-probs.
 
-Budgets and the cut rule: an agent turn that ends without an end-of-sequence token (it hit the
-engine's ``max_new_tokens``, ``max_turn_tokens`` or the episode's remaining
-``max_episode_tokens``), or an environment turn that does not fit in ``max_episode_tokens``, cuts
-the episode there (``Rollout.cut``). A cut episode is left out of the loss (its score still
-enters the group baseline) or, with ``budget_penalty`` set, scored that value and trained on.
+Budgets and the cut rule: each engine call is capped at the largest remaining turn budget of
+its episodes (the engines' per-call ``max_new_tokens``); an agent turn that ends without an
+end-of-sequence token (it hit the engine's ``max_new_tokens``, ``max_turn_tokens`` or the
+episode's remaining ``max_episode_tokens``), or an environment turn that does not fit in
+``max_episode_tokens``, cuts the episode there (``Rollout.cut``). A cut episode is left out of
+the loss (its score still enters the group baseline) or, with ``budget_penalty`` set, scored that
+value and trained on.
 An episode also ends when the environment says ``done`` or after ``max_turns`` agent turns.
 
 Faults: an environment step that raises, or runs past ``env_step_timeout`` seconds, is answered
 with an ``<error>`` observation and counted (``env/faults``); so is a bad tool call the
-environment reports (``StepResult.fault``). The run goes on.
+environment reports (``StepResult.fault``). The run goes on. After a step that timed out, and
+after a ``reset`` that raised or timed out (one fault), the episode's environment is not called
+again (a timed-out call may still be running): its next step ends the episode.
+``env/tool_calls`` is the share of episodes with at least one turn the environment flagged as a
+well-formed tool call (``StepResult.tool_call``).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -34,6 +41,8 @@ from lit_rlhf.envs.base import StepResult, check_environment
 from lit_rlhf.envs.tools import error_text
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.types import GenerationOutput
+
+_UNLIMITED = 1 << 30  # no per-turn budget
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,7 @@ class _Episode:
     done: bool = False
     cut: bool = False
     faults: int = 0
+    tool_calls: int = 0  # turns the environment flagged as a well-formed tool call
 
 
 @dataclass
@@ -122,9 +132,12 @@ class MultiTurnRollout:
         """Play one episode per prompt row, every active episode's turn in one engine call."""
         episodes = []
         for ids, mask, row in zip(prompt_ids, prompt_mask.bool(), rows, strict=True):
-            env = copy.deepcopy(self.environment)
-            env.reset(row)
-            episodes.append(_Episode(ids[mask].tolist(), env))
+            ep = _Episode(ids[mask].tolist(), copy.deepcopy(self.environment))
+            _, failure = _guarded(ep.env.reset, row, timeout=self.settings.env_step_timeout)
+            if failure is not None:  # the episode runs; its first step answers with the error
+                ep.faults += 1
+                ep.env = _Unavailable(f"its reset {failure}")
+            episodes.append(ep)
         for _ in range(self.settings.max_turns):
             active = [ep for ep in episodes if not ep.done]
             if not active:
@@ -148,7 +161,11 @@ class MultiTurnRollout:
         mask = torch.tensor(
             [[False] * (width - len(s)) + [True] * len(s) for s in seqs], device=device
         )
-        out = engine.generate(policy, ids, mask, tokenizer, greedy=greedy, log_probs=log_probs)
+        budget = max(self._turn_budget(ep) for ep in active)  # cut per episode below
+        extra = {"max_new_tokens": budget} if budget < _UNLIMITED and _takes_budget(engine) else {}
+        out = engine.generate(
+            policy, ids, mask, tokenizer, greedy=greedy, log_probs=log_probs, **extra
+        )
         eos = _eos_ids(tokenizer)
         for i, ep in enumerate(active):
             n = int(out.response_mask[i].sum())
@@ -166,7 +183,7 @@ class MultiTurnRollout:
 
     def _turn_budget(self, ep: _Episode) -> int:
         s = self.settings
-        budget = s.max_turn_tokens if s.max_turn_tokens is not None else 1 << 30
+        budget = s.max_turn_tokens if s.max_turn_tokens is not None else _UNLIMITED
         if s.max_episode_tokens is not None:
             budget = min(budget, s.max_episode_tokens - len(ep.ids))
         return max(budget, 0)
@@ -180,6 +197,9 @@ class MultiTurnRollout:
                               timeout=self.settings.env_step_timeout)  # fmt: skip
         ep.turn_rewards[-1] = float(result.reward)
         ep.faults += result.fault is not None
+        if result.fault == "timeout":  # never step it again: the step may still be running
+            ep.env = _Unavailable("a step timed out")
+        ep.tool_calls += bool(result.tool_call)
         if result.done or len(ep.turn_ends) >= self.settings.max_turns:
             ep.done = True
             return
@@ -252,6 +272,8 @@ class MultiTurnRollout:
             "env/faults": torch.tensor(float(sum(ep.faults for ep in episodes))),
             "env/turns": torch.tensor([float(len(ep.turn_ends)) for ep in episodes]).mean(),
             "env/cut": cut.float().mean().cpu(),
+            # share of episodes with at least one well-formed tool call (StepResult.tool_call)
+            "env/tool_calls": torch.tensor([float(ep.tool_calls > 0) for ep in episodes]).mean(),
         }
         return MultiTurnOutput(
             generation=GenerationOutput(ids, mask, logps.float() if log_probs else None),
@@ -265,13 +287,24 @@ class MultiTurnRollout:
 
 def guarded_step(env: Any, turn: str, *, timeout: float) -> StepResult:
     """``env.step(turn)`` run in a daemon thread for at most ``timeout`` seconds; an exception
-    or a timeout becomes an ``<error>`` observation with a fault (a step that never returns
-    keeps its thread; the episode goes on without waiting for it)."""
+    or a timeout becomes an ``<error>`` observation with a fault (``exception`` / ``timeout``;
+    a step that never returns keeps its thread, and the loop never steps that environment
+    again: :class:`_Unavailable` answers its episode's next step)."""
+    result, failure = _guarded(env.step, turn, timeout=timeout)
+    if failure is not None:
+        fault = "timeout" if failure.startswith("timed out") else "exception"
+        return StepResult(error_text(f"the environment {failure}"), fault=fault)
+    return result if isinstance(result, StepResult) else StepResult(*result)
+
+
+def _guarded(fn: Any, arg: Any, *, timeout: float) -> tuple[Any, str | None]:
+    """(``fn(arg)``, None), or (None, why it failed) when it raised or ran past ``timeout``
+    seconds (it then keeps running in its daemon thread)."""
     box: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            box["result"] = env.step(turn)
+            box["result"] = fn(arg)
         except Exception as err:  # environment code is untrusted: never end the run
             box["error"] = err
 
@@ -279,13 +312,31 @@ def guarded_step(env: Any, turn: str, *, timeout: float) -> StepResult:
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        return StepResult(error_text(f"the environment timed out after {timeout}s"),
-                          fault="timeout")  # fmt: skip
+        return None, f"timed out after {timeout}s"
     if "error" in box:
-        name = type(box["error"]).__name__
-        return StepResult(error_text(f"the environment failed ({name})"), fault="exception")
-    result = box["result"]
-    return result if isinstance(result, StepResult) else StepResult(*result)
+        return None, f"failed ({type(box['error']).__name__})"
+    return box.get("result"), None
+
+
+class _Unavailable:
+    """Stands in for an episode's environment after its reset failed or a step timed out (the
+    fault was counted then): the next step ends the episode."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def step(self, turn: str) -> StepResult:
+        return StepResult(error_text(f"the environment is unavailable: {self.reason}"), done=True)
+
+
+def _takes_budget(engine: Any) -> bool:
+    """Whether the engine's ``generate`` takes a per-call ``max_new_tokens`` (the protocol's
+    optional keyword; an engine without it generates to its own cap and the loop cuts)."""
+    try:
+        params = inspect.signature(engine.generate).parameters
+    except (TypeError, ValueError):
+        return False
+    return "max_new_tokens" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _device(model: nn.Module) -> torch.device:

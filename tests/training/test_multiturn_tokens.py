@@ -12,6 +12,7 @@ import torch
 
 from lit_rlhf.envs import CountdownCalculatorEnv, StepResult
 from lit_rlhf.models import load_causal_lm, load_tokenizer
+from lit_rlhf.rollout import HFGenerationEngine
 from lit_rlhf.training import PPOSettings
 from lit_rlhf.training.experience import build_experience, compute_advantages
 from lit_rlhf.training.multiturn import MultiTurnRollout, MultiTurnSettings
@@ -124,6 +125,7 @@ def test_trained_tokens_are_the_sampled_tokens_and_env_turns_are_rendered_once(t
     assert rerendered != response[: n1 + ne + n2]
     assert float(rollout.scores[0]) == 1.0  # the final reward, no turn rewards
     assert not bool(rollout.cut[0]) and float(rollout.term_stats["env/faults"]) == 0
+    assert float(rollout.term_stats["env/tool_calls"]) == 1.0  # turn 1 called the calculator
 
 
 def _loss_and_grads(policy, experience):
@@ -202,10 +204,46 @@ def test_bad_tool_call_env_exception_and_timeout_are_observations_and_faults(tok
     rollout = collector.collect(policy, tokenizer, _batch(tokenizer), samples_per_prompt=1)
     assert float(rollout.term_stats["env/faults"]) == 3
     assert float(rollout.term_stats["env/turns"]) == 4  # the episode went on to its answer
+    assert float(rollout.term_stats["env/tool_calls"]) == 0.0  # its only call was malformed
     text = tokenizer.decode(rollout.response_ids[0][rollout.response_mask[0]])
     assert "<error>malformed tool call" in text
     assert "<error>the environment failed (RuntimeError)</error>" in text
     assert "<error>the environment timed out after 0.2s</error>" in text
+
+
+class BrokenReset:
+    def reset(self, row):
+        raise KeyError("the row has no 'target'")
+
+    def step(self, turn: str) -> StepResult:
+        raise AssertionError("an environment whose reset failed is never stepped")
+
+
+def test_a_reset_that_raises_is_a_fault_and_ends_the_episode_after_one_turn(tokenizer):
+    eos = tokenizer.eos_token_id
+    engine = ScriptedEngine([[[*_encode(tokenizer, "<tool>calculator: 1+1</tool>"), eos]]])
+    loop = MultiTurnRollout(BrokenReset(), MultiTurnSettings(max_turns=3))
+    collector = RolloutCollector(engine, ConstantReward(0.0), multiturn=loop)
+    policy = load_causal_lm("builtin:tiny-llama")
+    rollout = collector.collect(policy, tokenizer, _batch(tokenizer), samples_per_prompt=1)
+    assert float(rollout.term_stats["env/faults"]) == 1
+    assert float(rollout.term_stats["env/turns"]) == 1  # the run went on; the episode ended
+
+
+def test_tool_call_rate_is_the_share_of_episodes_with_a_well_formed_call(tokenizer):
+    eos = tokenizer.eos_token_id
+    call, answer = ("<tool>calculator: 3+4</tool>", "<answer>3+4</answer>")
+    call, answer = ([*_encode(tokenizer, t), eos] for t in (call, answer))
+    # 4 episodes; turn 1: a call, an answer, a second call, an answer; turn 2 (the two still
+    # active): answers. Two of the four episodes called: 2 / 4 = 0.5, though three of the six
+    # turns taken were not calls.
+    engine = ScriptedEngine([[call, answer, call, answer], [answer, answer]])
+    loop = MultiTurnRollout(CountdownCalculatorEnv(), MultiTurnSettings(max_turns=2))
+    collector = RolloutCollector(engine, ConstantReward(0.0), multiturn=loop)
+    policy = load_causal_lm("builtin:tiny-llama")
+    rollout = collector.collect(policy, tokenizer, _batch(tokenizer, 4), samples_per_prompt=1)
+    assert float(rollout.term_stats["env/tool_calls"]) == 0.5
+    assert float(rollout.term_stats["env/turns"]) == 1.5  # (2 + 1 + 2 + 1) / 4
 
 
 def test_token_budget_cut_is_masked_or_penalised(tokenizer):
@@ -218,3 +256,27 @@ def test_token_budget_cut_is_masked_or_penalised(tokenizer):
     assert bool(rollout.cut[0]) and float(rollout.scores[0]) == -1.0
     with pytest.raises(ValueError, match="Fix:"):
         MultiTurnSettings(max_turns=0).check()
+
+
+class BudgetSpy(HFGenerationEngine):
+    """The HF engine, recording each call's per-call budget and generated width."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.calls = []
+
+    def generate(self, *args, max_new_tokens=None, **kwargs):
+        out = super().generate(*args, max_new_tokens=max_new_tokens, **kwargs)
+        self.calls.append((max_new_tokens, out.response_ids.shape[1]))
+        return out
+
+
+def test_engines_get_the_turn_budget_per_call(tokenizer):
+    engine = BudgetSpy(max_new_tokens=32)
+    settings = MultiTurnSettings(max_turns=2, max_turn_tokens=5, max_episode_tokens=40)
+    loop = MultiTurnRollout(CountdownCalculatorEnv(), settings)
+    collector = RolloutCollector(engine, ConstantReward(0.0), multiturn=loop)
+    policy = load_causal_lm("builtin:tiny-llama")
+    torch.manual_seed(0)
+    collector.collect(policy, tokenizer, _batch(tokenizer, 2), samples_per_prompt=2)
+    assert engine.calls and all(budget == 5 and width <= 5 for budget, width in engine.calls)
