@@ -23,13 +23,17 @@ class StepResult(NamedTuple):
     ``done``. ``reward``: this turn's reward (summed into the episode score; with a critic it
     sits on the turn's last agent token). ``done``: the episode ends after this turn.
     ``fault``: a short reason when the agent's turn was a bad tool call (counted as
-    ``env/faults``; the episode goes on with ``observation`` as the answer).
+    ``env/faults``; the episode goes on with ``observation`` as the answer). ``tool_call``:
+    the turn held a well-formed tool call (:func:`~lit_rlhf.envs.parse_tool_call` returned a
+    call, whether or not the tool then succeeded; the share of episodes with one is logged as
+    ``env/tool_calls``). Defaults keep environments written before these fields working.
     """
 
     observation: str
     reward: float = 0.0
     done: bool = False
     fault: str | None = None
+    tool_call: bool = False
 
 
 @runtime_checkable

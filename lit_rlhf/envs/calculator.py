@@ -38,7 +38,9 @@ class CountdownCalculatorEnv:
 
     def step(self, turn: str) -> StepResult:
         """An ``<answer>`` (or a turn with no tool call) ends the episode; a calculator call is
-        answered with ``<result>VALUE</result>``; a bad call with ``<error>...</error>``."""
+        answered with ``<result>VALUE</result>``; a bad call with ``<error>...</error>``. A
+        well-formed call (of any tool name) is flagged ``tool_call``; a call in a turn that also
+        holds an ``<answer>`` is not run and not flagged."""
         if "<answer>" in turn:
             return StepResult("", done=True)
         try:
@@ -49,11 +51,11 @@ class CountdownCalculatorEnv:
             return StepResult("", done=True)
         if call.name != "calculator":
             reason = f"unknown tool {call.name!r}; the only tool is calculator"
-            return StepResult(error_text(reason), fault="unknown tool")
+            return StepResult(error_text(reason), fault="unknown tool", tool_call=True)
         self.calls += 1
         try:
             value, _ = evaluate_expression(call.argument, max_chars=self.max_expression_chars)
         except ValueError as err:
-            return StepResult(error_text(str(err)), fault="calculator error")
+            return StepResult(error_text(str(err)), fault="calculator error", tool_call=True)
         text = str(value.numerator) if value.denominator == 1 else str(value)
-        return StepResult(result_text(text))
+        return StepResult(result_text(text), tool_call=True)

@@ -9,6 +9,7 @@ from lit_rlhf.envs import (
     Environment,
     GuessNumberEnv,
     GuessNumberPrompts,
+    StepResult,
     ToolCallError,
     parse_tool_call,
 )
@@ -27,7 +28,9 @@ def test_calculator_env_answers_tool_calls_with_the_safe_parser():
     env = CountdownCalculatorEnv()
     assert isinstance(env, Environment)
     env.reset({"numbers": [3, 4, 5], "target": 27})
-    assert env.step("<tool>calculator: 3*(4+5)</tool>") == ("<result>27</result>", 0.0, False, None)
+    assert env.step("<tool>calculator: 3*(4+5)</tool>") == StepResult(
+        "<result>27</result>", tool_call=True
+    )
     assert env.step("<tool>calculator: 7/2</tool>").observation == "<result>7/2</result>"
     # model text is never eval-ed: names, calls and ** are errors, answered and counted
     for turn in ("<tool>calculator: __import__('os')</tool>", "<tool>calculator: 2**99</tool>"):
@@ -38,17 +41,30 @@ def test_calculator_env_answers_tool_calls_with_the_safe_parser():
     assert env.step("<tool>calculator 1</tool>").fault == "malformed tool call"
     assert env.step("<answer>3*(4+5)</answer>").done
     assert env.step("no call, no answer").done
+    # tool_call flags a well-formed call of any name, even one that fails; not a malformed tag,
+    # a turn without a call, or a call beside an <answer> (not run)
+    flagged = [
+        "<tool>calculator: 1+1</tool>",
+        "<tool>python: 1</tool>",
+        "<tool>calculator: x</tool>",
+    ]
+    unflagged = [
+        "<tool>calculator 1</tool>",
+        "no call",
+        "<tool>calculator: 1</tool><answer>1</answer>",
+    ]
+    assert [env.step(t).tool_call for t in flagged + unflagged] == [True] * 3 + [False] * 3
 
 
 def test_guess_number_env_gives_per_turn_feedback():
     env = GuessNumberEnv(max_guesses=2)
     env.reset({"target": 7})
     # guess 3 < 7: "higher", reward 0, one guess left
-    assert env.step("<guess>3</guess>") == ("higher", 0.0, False, None)
-    assert env.step("<guess>7</guess>") == ("correct", 1.0, True, None)
+    assert env.step("<guess>3</guess>") == StepResult("higher")
+    assert env.step("<guess>7</guess>") == StepResult("correct", 1.0, done=True)
     env.reset({"target": 2})
     assert env.step("five").fault == "no guess"
-    assert env.step("<guess>9</guess>") == ("lower", 0.0, True, None)  # the last guess
+    assert env.step("<guess>9</guess>") == StepResult("lower", done=True)  # the last guess
 
 
 def test_env_settings_are_validated():
