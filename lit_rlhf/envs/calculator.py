@@ -10,18 +10,18 @@ transcript, whose last ``<answer>`` is the agent's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from lit_rlhf.envs.base import StepResult
-from lit_rlhf.envs.tools import ToolCallError, error_text, parse_tool_call, result_text
+from lit_rlhf.envs.tool_env import ToolEnv
 from lit_rlhf.rewards.countdown import evaluate_expression
 
 
-class CountdownCalculatorEnv:
-    """Args:
-    max_expression_chars: longer calculator arguments are refused (an ``<error>`` observation
-        and a fault), bounding the parser's time.
+class CountdownCalculatorEnv(ToolEnv):
+    """A :class:`~lit_rlhf.envs.ToolEnv` with one tool, ``calculator``: ``<answer>`` (or a turn
+    with no tool call) ends the episode; a call is answered with ``<result>VALUE</result>``
+    (exact: ``7/2``), a bad one with ``<error>...</error>`` and a fault.
+
+    Args:
+        max_expression_chars: longer calculator arguments are refused (an ``<error>``
+            observation and a fault), bounding the parser's time.
     """
 
     def __init__(self, max_expression_chars: int = 200) -> None:
@@ -31,31 +31,8 @@ class CountdownCalculatorEnv:
                 "positive limit (200 fits any Countdown expression)."
             )
         self.max_expression_chars = max_expression_chars
-        self.calls = 0
+        super().__init__({"calculator": self._calculate})
 
-    def reset(self, row: Mapping[str, Any]) -> None:
-        self.calls = 0
-
-    def step(self, turn: str) -> StepResult:
-        """An ``<answer>`` (or a turn with no tool call) ends the episode; a calculator call is
-        answered with ``<result>VALUE</result>``; a bad call with ``<error>...</error>``. A
-        well-formed call (of any tool name) is flagged ``tool_call``; a call in a turn that also
-        holds an ``<answer>`` is not run and not flagged."""
-        if "<answer>" in turn:
-            return StepResult("", done=True)
-        try:
-            call = parse_tool_call(turn)
-        except ToolCallError as err:
-            return StepResult(error_text(str(err)), fault="malformed tool call")
-        if call is None:
-            return StepResult("", done=True)
-        if call.name != "calculator":
-            reason = f"unknown tool {call.name!r}; the only tool is calculator"
-            return StepResult(error_text(reason), fault="unknown tool", tool_call=True)
-        self.calls += 1
-        try:
-            value, _ = evaluate_expression(call.argument, max_chars=self.max_expression_chars)
-        except ValueError as err:
-            return StepResult(error_text(str(err)), fault="calculator error", tool_call=True)
-        text = str(value.numerator) if value.denominator == 1 else str(value)
-        return StepResult(result_text(text), tool_call=True)
+    def _calculate(self, expression: str) -> str:
+        value, _ = evaluate_expression(expression, max_chars=self.max_expression_chars)
+        return str(value.numerator) if value.denominator == 1 else str(value)
