@@ -313,6 +313,7 @@ class PPOUpdate:
             self._record("rollout/mismatch_masked_fraction", masked_mean(1 - weights, mask))
         else:
             return pg
+        self._record("rollout/mismatch_weight_mean", masked_mean(weights, mask))
         return pg * weights.to(pg.dtype)
 
     def _old_log_probs(self, current: Tensor, micro: Tensor, rcols: slice, mask: Tensor) -> Tensor:
