@@ -85,6 +85,7 @@ RANGES: dict[str, tuple[str, list[Any]]] = {
     "max_episode_tokens": (">= 2, or null (no limit)", [1, 0]),
     "env_step_timeout": ("> 0 seconds, finite", [0.0, -1.0, NAN, INF]),
     "budget_penalty": ("finite, or null (budget-cut episodes masked)", [NAN, INF]),
+    "max_staleness": (">= 0 (0: on-policy)", [-1]),
 }
 
 # what a module needs besides the setting under test, so that only that setting is wrong
