@@ -1,0 +1,179 @@
+"""Calculator vs no tool: does the calculator example learn on CPU with the embedded SmolLM2, and
+how does it compare with the same training without the tool?
+
+    python scripts/calculator_compare.py --seeds 0 1 --steps 48   # both arms, 2 seeds
+    python scripts/calculator_compare.py --seeds 0 --steps 2      # smoke: 2 rollouts per arm
+
+Arms (the same tasks, seeds, batches, samples per prompt and learning rate):
+``calculator`` is ``configs/ppo/countdown_calculator_smollm2.yaml`` as it is (up to 2 turns of
+24 tokens, the calculator answers ``<tool>calculator: EXPR</tool>``); ``no_tool`` is
+``configs/ppo/countdown_notool_smollm2.yaml``: single-turn, the question without the tool
+instruction, one turn of 48 tokens (the calculator arm's agent budget); ``no_tool_masked``
+(``--arms``) is ``no_tool`` with responses cut at the budget left out of the loss, the rule the
+calculator arm applies to cut episodes. Per run: the training curves of reward, answer accuracy
+(``reward/correct``), format and tool-call rate (``env/tool_calls``, calculator arm only), and
+each one's first- and last-quarter means and their difference ("rise"). Results, cached per
+(arm, seed), go to ``<out>/steps<N>/`` (``results.md``, ``results.json``,
+``calculator_compare.png``); ``--docs`` copies the PNG and JSON to
+``<docs>/agents_calculator.{png,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _runs import read_rows, run_fragment, steps_and_values
+from repro.common import Context, Figures, Paper, Preset, Primary, cached_run, write_outputs
+from repro.tre_runs import run_cli
+
+NO_TOOL = "configs/ppo/countdown_notool_smollm2.yaml"
+CALCULATOR = "configs/ppo/countdown_calculator_smollm2.yaml"
+# arm -> (config, model.init_args overrides). no_tool_masked leaves responses cut at the token
+# budget out of the loss (DAPO's overlong filter), as the calculator arm does with cut episodes
+# (budget_penalty: null): it separates the tool from that rule. calculator_turn48 lets an agent
+# turn run to 48 tokens (the no-tool arm's turn) inside the config's 96-token episode.
+ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "calculator": (CALCULATOR, {}),
+    "calculator_turn48": (CALCULATOR, {"engine": {"init_args": {"max_new_tokens": 48}}}),
+    "no_tool": (NO_TOOL, {}),
+    "no_tool_masked": (NO_TOOL, {"overlong_filter": True}),
+}
+# figure name -> logged key (per rollout step); env/* is logged by the calculator arm only
+CURVES = {
+    "reward": "reward/mean",
+    "correct": "reward/correct",
+    "format_ok": "reward/format_ok",
+    "tool_calls": "env/tool_calls",
+    "cut": "env/cut",
+    "truncated": "rollout/truncated",  # share of agent turns that hit a token budget
+    "length": "rollout/response_length",
+}
+RISES = ("reward", "correct", "tool_calls")  # the figures whose first/last quarter is tabled
+PRECHECK = {"go": True, "reason": "none: both arms start from the same embedded model"}
+
+
+def quarter_figures(values: list[float]) -> dict[str, float]:
+    """Means of the first and last quarter of ``values`` (at least one value each) and the rise
+    last - first; NaN for no values. E.g. 8 values: the first 2 and the last 2."""
+    if not values:
+        return {"first_q": math.nan, "last_q": math.nan, "rise": math.nan}
+    n = max(1, len(values) // 4)
+    first, last = statistics.fmean(values[:n]), statistics.fmean(values[-n:])
+    return {"first_q": first, "last_q": last, "rise": last - first}
+
+
+def curve_figures(metrics_csv: Path) -> Figures:
+    """The curves of :data:`CURVES` from a CSVLogger file, with quarter figures per curve."""
+    rows = read_rows(metrics_csv)
+    figures: Figures = {"curves": {}}
+    for name, key in CURVES.items():
+        points = steps_and_values(rows, key)
+        figures["curves"][name] = [[s, v] for s, v in points]
+        quarters = quarter_figures([v for _, v in points])
+        figures.update({f"{name}_{q}": v for q, v in quarters.items()})
+    return figures
+
+
+def arm_fragment(out: Path, arm: str, seed: int, steps: int) -> dict[str, Any]:
+    """One seeded run of ``steps`` rollouts, logged to ``out/arm/seed<k>/metrics.csv``; no
+    checkpoints, no validation (the figures are the training curves)."""
+    fragment = run_fragment(out, arm, seed, [], seed_model=True)
+    fragment["model"]["init_args"].update(ARMS[arm][1])
+    fragment["trainer"].update(
+        {"limit_train_batches": steps, "limit_val_batches": 0, "enable_checkpointing": False,
+         "enable_model_summary": False, "default_root_dir": str(out / arm / f"seed{seed}")}
+    )  # fmt: skip
+    return fragment
+
+
+def per_seed_markdown(runs: dict[str, dict[int, Figures]]) -> str:
+    """One row per (arm, seed): each curve's first- and last-quarter mean, ``first -> last``."""
+    names = (*RISES, "format_ok", "truncated")
+    lines = [
+        "| arm | seed | " + " | ".join(names) + " | seconds |",
+        "|---" * (len(names) + 3) + "|",
+    ]
+    for arm, by_seed in runs.items():
+        for seed, f in sorted(by_seed.items()):
+            first = {n: f.get(f"{n}_first_q", math.nan) for n in names}
+            last = {n: f.get(f"{n}_last_q", math.nan) for n in names}
+            cells = [
+                "n/a" if math.isnan(first[n]) else f"{first[n]:.3f} -> {last[n]:.3f}" for n in names
+            ]
+            lines.append(f"| {arm} | {seed} | " + " | ".join(cells) + f" | {f['seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+class CalculatorCompare(Paper):
+    name = "calculator_compare"
+    title = "Calculator vs no tool: SmolLM2-135M on easy Countdown, CPU"
+    doc = "docs/agents.md"
+    arms = tuple(ARMS)
+    primary = Primary("correct_last_q", treatment="calculator", baseline="no_tool", direction=1)
+    table_metrics = tuple(f"{name}_{q}" for name in RISES for q in ("first_q", "last_q", "rise"))
+    curve_keys = ("reward", "correct", "tool_calls", "format_ok")
+    curve_xlabels = dict.fromkeys(curve_keys, "rollout step")
+
+    def __init__(self, steps: int) -> None:
+        self.presets = {"cpu": Preset(f"steps{steps}", (0,), 0.0, {"steps": steps})}
+
+    def precheck(self, ctx: Context) -> Figures:
+        return dict(PRECHECK)
+
+    def run_arm(self, ctx: Context, arm: str, seed: int) -> Figures:
+        root = ctx.run_dir(arm, seed)
+        fragment = arm_fragment(ctx.out, arm, seed, ctx.settings["steps"])
+        run_cli("fit", [ARMS[arm][0]], fragment, root / "fragment.yaml")
+        return curve_figures(root / "metrics.csv")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--steps", type=int, default=48, help="rollout steps per run (max 48)")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=["calculator", "no_tool"])
+    parser.add_argument("--out", type=Path, default=Path("runs/calculator_compare"))
+    parser.add_argument("--docs", type=Path, help="copy the PNG and JSON here (e.g. docs)")
+    parser.add_argument(
+        "--finished-only", action="store_true", help="report the finished runs, start none"
+    )
+    opts = parser.parse_args(argv)
+    if not 1 <= opts.steps <= 48:  # 192 training tasks / 4 prompts per rollout
+        parser.error(f"--steps must be in [1, 48], got {opts.steps}")
+    return opts
+
+
+def main(argv: Sequence[str] | None = None) -> Figures:
+    opts = parse_args(argv)
+    paper = CalculatorCompare(opts.steps)
+    preset = paper.presets["cpu"]
+    ctx = Context(paper.name, preset, opts.out / preset.name)
+    runs: dict[str, dict[int, Figures]] = {arm: {} for arm in opts.arms}
+    for seed in opts.seeds:  # seed by seed: a run stopped early still has paired arms
+        for arm in opts.arms:
+            if opts.finished_only and not (ctx.out / arm / f"seed{seed}" / "result.json").exists():
+                continue
+            runs[arm][seed] = cached_run(paper, ctx, arm, seed)
+    summary = write_outputs(paper, ctx, runs, dict(PRECHECK))
+    with (ctx.out / "results.md").open("a") as f:
+        f.write("\nPer seed, first-quarter -> last-quarter mean of each curve:\n\n")
+        f.write(per_seed_markdown(runs))
+    print((ctx.out / "results.md").read_text())
+    if opts.docs is not None:
+        shutil.copy(ctx.out / f"{paper.name}.png", opts.docs / "agents_calculator.png")
+        shutil.copy(ctx.out / "results.json", opts.docs / "agents_calculator.json")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
