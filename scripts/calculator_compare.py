@@ -5,17 +5,20 @@ how does it compare with the same training without the tool?
     python scripts/calculator_compare.py --seeds 0 --steps 2      # smoke: 2 rollouts per arm
 
 Arms (the same tasks, seeds, batches, samples per prompt and learning rate):
-``calculator`` is ``configs/ppo/countdown_calculator_smollm2.yaml`` as it is (up to 2 turns of
-24 tokens, the calculator answers ``<tool>calculator: EXPR</tool>``); ``no_tool`` is
-``configs/ppo/countdown_notool_smollm2.yaml``: single-turn, the question without the tool
-instruction, one turn of 48 tokens (the calculator arm's agent budget); ``no_tool_masked``
-(``--arms``) is ``no_tool`` with responses cut at the budget left out of the loss, the rule the
-calculator arm applies to cut episodes. Per run: the training curves of reward, answer accuracy
-(``reward/correct``), format and tool-call rate (``env/tool_calls``, calculator arm only), and
-each one's first- and last-quarter means and their difference ("rise"). Results, cached per
-(arm, seed), go to ``<out>/steps<N>/`` (``results.md``, ``results.json``,
-``calculator_compare.png``); ``--docs`` copies the PNG and JSON to
-``<docs>/agents_calculator.{png,json}``.
+``calculator`` is ``configs/ppo/countdown_calculator_smollm2.yaml`` (up to 2 turns of 24 tokens,
+the calculator answers ``<tool>calculator: EXPR</tool>``) started from a supervised warm start
+(``configs/sft/countdown_calculator_smollm2.yaml``: 14 steps on demonstrations of which half call
+the calculator, written by ``scripts/calculator_demos.py``); ``no_tool`` is
+``configs/ppo/countdown_notool_smollm2.yaml`` (single-turn, the question without the tool
+instruction, one turn of 48 tokens) started from the same warm start on the same tasks answered
+at once. ``--arms`` adds the cold arms, PPO from the embedded model itself: ``calculator_cold``,
+``calculator_turn48_cold`` (48-token turns), ``no_tool_cold`` and ``no_tool_masked_cold``
+(responses cut at the budget left out of the loss, the calculator arm's rule for cut episodes).
+Per run: the training curves of reward, answer accuracy (``reward/correct``), format and tool-call
+rate (``env/tool_calls``, calculator arms only), and each one's first- and last-quarter means and
+their difference ("rise"). Results, cached per (arm, seed), go to ``<out>/steps<N>/``
+(``results.md``, ``results.json``, ``calculator_compare.png``); ``--docs`` copies the PNG and JSON
+to ``<docs>/agents_calculator.{png,json}``.
 """
 
 from __future__ import annotations
@@ -36,15 +39,27 @@ from repro.tre_runs import run_cli
 
 NO_TOOL = "configs/ppo/countdown_notool_smollm2.yaml"
 CALCULATOR = "configs/ppo/countdown_calculator_smollm2.yaml"
-# arm -> (config, model.init_args overrides). no_tool_masked leaves responses cut at the token
+SFT = {
+    NO_TOOL: "configs/sft/countdown_notool_smollm2.yaml",
+    CALCULATOR: "configs/sft/countdown_calculator_smollm2.yaml",
+}
+# arm -> (PPO config, warm start: run the config's SFT stage first, model.init_args overrides).
+# The warm-started arms start PPO from SFT on their own demonstrations (scripts/
+# calculator_demos.py: the same held-apart tasks, with or without the calculator). The *_cold
+# arms start from the embedded model itself. no_tool_masked leaves responses cut at the token
 # budget out of the loss (DAPO's overlong filter), as the calculator arm does with cut episodes
-# (budget_penalty: null): it separates the tool from that rule. calculator_turn48 lets an agent
-# turn run to 48 tokens (the no-tool arm's turn) inside the config's 96-token episode.
-ARMS: dict[str, tuple[str, dict[str, Any]]] = {
-    "calculator": (CALCULATOR, {}),
-    "calculator_turn48": (CALCULATOR, {"engine": {"init_args": {"max_new_tokens": 48}}}),
-    "no_tool": (NO_TOOL, {}),
-    "no_tool_masked": (NO_TOOL, {"overlong_filter": True}),
+# (budget_penalty: null). calculator_turn48 lets an agent turn run to 48 tokens.
+ARMS: dict[str, tuple[str, bool, dict[str, Any]]] = {
+    "calculator": (CALCULATOR, True, {}),
+    "no_tool": (NO_TOOL, True, {}),
+    "calculator_cold": (CALCULATOR, False, {}),
+    "calculator_turn48_cold": (
+        CALCULATOR,
+        False,
+        {"engine": {"init_args": {"max_new_tokens": 48}}},
+    ),
+    "no_tool_cold": (NO_TOOL, False, {}),
+    "no_tool_masked_cold": (NO_TOOL, False, {"overlong_filter": True}),
 }
 # figure name -> logged key (per rollout step); env/* is logged by the calculator arm only
 CURVES = {
@@ -57,7 +72,11 @@ CURVES = {
     "length": "rollout/response_length",
 }
 RISES = ("reward", "correct", "tool_calls")  # the figures whose first/last quarter is tabled
-PRECHECK = {"go": True, "reason": "none: both arms start from the same embedded model"}
+PRECHECK = {
+    "go": True,
+    "reason": "none: every arm starts from the embedded model (the warm-started arms after SFT "
+    "on their own demonstrations of the same tasks)",
+}
 
 
 def quarter_figures(values: list[float]) -> dict[str, float]:
@@ -83,14 +102,32 @@ def curve_figures(metrics_csv: Path) -> Figures:
 
 
 def arm_fragment(out: Path, arm: str, seed: int, steps: int) -> dict[str, Any]:
-    """One seeded run of ``steps`` rollouts, logged to ``out/arm/seed<k>/metrics.csv``; no
-    checkpoints, no validation (the figures are the training curves)."""
+    """One seeded PPO run of ``steps`` rollouts, logged to ``out/arm/seed<k>/metrics.csv``; no
+    checkpoints, no validation (the figures are the training curves). A warm-started arm starts
+    from ``out/arm/seed<k>/sft/hf`` (:func:`sft_fragment`)."""
+    _, warm, overrides = ARMS[arm]
     fragment = run_fragment(out, arm, seed, [], seed_model=True)
-    fragment["model"]["init_args"].update(ARMS[arm][1])
+    fragment["model"]["init_args"].update(overrides)
+    if warm:
+        fragment["model"]["init_args"]["model"] = str(out / arm / f"seed{seed}" / "sft" / "hf")
     fragment["trainer"].update(
         {"limit_train_batches": steps, "limit_val_batches": 0, "enable_checkpointing": False,
          "enable_model_summary": False, "default_root_dir": str(out / arm / f"seed{seed}")}
     )  # fmt: skip
+    return fragment
+
+
+def sft_fragment(out: Path, arm: str, seed: int) -> dict[str, Any]:
+    """The warm start of a warm-started arm: its SFT config with ``seed``, logged to
+    ``out/arm/seed<k>/sft/metrics.csv``, exported to ``out/arm/seed<k>/sft/hf``."""
+    root = out / arm / f"seed{seed}" / "sft"
+    fragment = run_fragment(out / arm / f"seed{seed}", "sft", 0, [])
+    fragment["seed_everything"] = seed
+    fragment["data"]["init_args"]["seed"] = seed
+    fragment["trainer"]["logger"]["init_args"]["version"] = ""
+    fragment["trainer"].update({"enable_checkpointing": False, "enable_model_summary": False,
+                                "default_root_dir": str(root)})  # fmt: skip
+    fragment["model"] = {"init_args": {"export_dir": str(root / "hf")}}
     return fragment
 
 
@@ -130,9 +167,15 @@ class CalculatorCompare(Paper):
 
     def run_arm(self, ctx: Context, arm: str, seed: int) -> Figures:
         root = ctx.run_dir(arm, seed)
+        config, warm, _ = ARMS[arm]
+        figures: Figures = {}
+        if warm:
+            sft = run_cli("fit", [SFT[config]], sft_fragment(ctx.out, arm, seed),
+                          root / "sft_fragment.yaml")  # fmt: skip
+            figures["sft_val_loss"] = sft.get("val/loss", math.nan)
         fragment = arm_fragment(ctx.out, arm, seed, ctx.settings["steps"])
-        run_cli("fit", [ARMS[arm][0]], fragment, root / "fragment.yaml")
-        return curve_figures(root / "metrics.csv")
+        run_cli("fit", [config], fragment, root / "fragment.yaml")
+        return {**curve_figures(root / "metrics.csv"), **figures}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

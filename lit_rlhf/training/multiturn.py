@@ -232,14 +232,7 @@ class MultiTurnRollout:
     def _role(self, tokenizer: Any) -> str:
         key = id(tokenizer)
         if key not in self._roles:
-            role = "tool"
-            try:
-                probe = [{"role": "user", "content": "Q"}, {"role": "tool", "content": "OBS"}]
-                if "OBS" not in tokenizer.apply_chat_template(probe, tokenize=False):
-                    role = "user"
-            except Exception:  # a template that raises on unknown roles
-                role = "user"
-            self._roles[key] = role
+            self._roles[key] = observation_role(tokenizer)
         return self._roles[key]
 
     @staticmethod
@@ -347,3 +340,16 @@ def _device(model: nn.Module) -> torch.device:
 def _eos_ids(tokenizer: Any) -> set[int]:
     eos = tokenizer.eos_token_id
     return set(eos) if isinstance(eos, list) else {eos}
+
+
+def observation_role(tokenizer: Any) -> str:
+    """The chat role environment turns are rendered with for ``tokenizer``: ``tool`` where its
+    chat template renders a ``tool`` message, else ``user`` (demonstrations for a warm start use
+    the same role, :func:`lit_rlhf.envs.demos.scripted_messages`)."""
+    try:
+        probe = [{"role": "user", "content": "Q"}, {"role": "tool", "content": "OBS"}]
+        if "OBS" in tokenizer.apply_chat_template(probe, tokenize=False):
+            return "tool"
+    except Exception:  # a template that raises on unknown roles
+        pass
+    return "user"
