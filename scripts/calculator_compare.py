@@ -37,35 +37,41 @@ from _runs import read_rows, run_fragment, steps_and_values
 from repro.common import Context, Figures, Paper, Preset, Primary, cached_run, write_outputs
 from repro.tre_runs import run_cli
 
-NO_TOOL = "configs/ppo/countdown_notool_smollm2.yaml"
-CALCULATOR = "configs/ppo/countdown_calculator_smollm2.yaml"
-SFT = {
-    NO_TOOL: "configs/sft/countdown_notool_smollm2.yaml",
-    CALCULATOR: "configs/sft/countdown_calculator_smollm2.yaml",
-}
-# arm -> (PPO config, warm start: run the config's SFT stage first, model.init_args overrides).
+# task -> role -> (PPO config, SFT warm-start config)
+TASKS = {
+    "countdown": {
+        "calculator": ("configs/ppo/countdown_calculator_smollm2.yaml",
+                       "configs/sft/countdown_calculator_smollm2.yaml"),
+        "no_tool": ("configs/ppo/countdown_notool_smollm2.yaml",
+                    "configs/sft/countdown_notool_smollm2.yaml"),
+    },
+    "arithmetic": {
+        "calculator": ("configs/ppo/arithmetic_calculator_smollm2.yaml",
+                       "configs/sft/arithmetic_calculator_smollm2.yaml"),
+        "no_tool": ("configs/ppo/arithmetic_notool_smollm2.yaml",
+                    "configs/sft/arithmetic_notool_smollm2.yaml"),
+    },
+}  # fmt: skip
+# arm -> (role, warm start: run the role's SFT stage first, model.init_args overrides).
 # The warm-started arms start PPO from SFT on their own demonstrations (scripts/
-# calculator_demos.py: the same held-apart tasks, with or without the calculator). The *_cold
-# arms start from the embedded model itself. no_tool_masked leaves responses cut at the token
-# budget out of the loss (DAPO's overlong filter), as the calculator arm does with cut episodes
-# (budget_penalty: null). calculator_turn48 lets an agent turn run to 48 tokens.
+# calculator_demos.py: the same held-apart tasks, half with the calculator or all without). The
+# *_cold arms start from the embedded model itself. no_tool_masked leaves responses cut at the
+# token budget out of the loss (DAPO's overlong filter), as the calculator arm does with cut
+# episodes (budget_penalty: null). calculator_turn48 lets an agent turn run to 48 tokens.
 ARMS: dict[str, tuple[str, bool, dict[str, Any]]] = {
-    "calculator": (CALCULATOR, True, {}),
-    "no_tool": (NO_TOOL, True, {}),
-    "calculator_cold": (CALCULATOR, False, {}),
-    "calculator_turn48_cold": (
-        CALCULATOR,
-        False,
-        {"engine": {"init_args": {"max_new_tokens": 48}}},
-    ),
-    "no_tool_cold": (NO_TOOL, False, {}),
-    "no_tool_masked_cold": (NO_TOOL, False, {"overlong_filter": True}),
-}
-# figure name -> logged key (per rollout step); env/* is logged by the calculator arm only
-CURVES = {
+    "calculator": ("calculator", True, {}),
+    "no_tool": ("no_tool", True, {}),
+    "calculator_cold": ("calculator", False, {}),
+    "calculator_turn48_cold": ("calculator", False, {"engine": {"init_args": {"max_new_tokens": 48}}}),  # noqa: E501
+    "no_tool_cold": ("no_tool", False, {}),
+    "no_tool_masked_cold": ("no_tool", False, {"overlong_filter": True}),
+}  # fmt: skip
+# figure name -> logged key or keys (the first one logged; per rollout step); env/* is logged by
+# the calculator arms only
+CURVES: dict[str, str | tuple[str, ...]] = {
     "reward": "reward/mean",
     "correct": "reward/correct",
-    "format_ok": "reward/format_ok",
+    "format_ok": ("reward/format_ok", "reward/has_boxed"),  # Countdown's, MathReward's
     "tool_calls": "env/tool_calls",
     "cut": "env/cut",
     "truncated": "rollout/truncated",  # share of agent turns that hit a token budget
@@ -93,8 +99,9 @@ def curve_figures(metrics_csv: Path) -> Figures:
     """The curves of :data:`CURVES` from a CSVLogger file, with quarter figures per curve."""
     rows = read_rows(metrics_csv)
     figures: Figures = {"curves": {}}
-    for name, key in CURVES.items():
-        points = steps_and_values(rows, key)
+    for name, keys in CURVES.items():
+        options = (keys,) if isinstance(keys, str) else keys
+        points = next((p for p in (steps_and_values(rows, k) for k in options) if p), [])
         figures["curves"][name] = [[s, v] for s, v in points]
         quarters = quarter_figures([v for _, v in points])
         figures.update({f"{name}_{q}": v for q, v in quarters.items()})
@@ -151,7 +158,7 @@ def per_seed_markdown(runs: dict[str, dict[int, Figures]]) -> str:
 
 class CalculatorCompare(Paper):
     name = "calculator_compare"
-    title = "Calculator vs no tool: SmolLM2-135M on easy Countdown, CPU"
+    title = "Calculator vs no tool: SmolLM2-135M, CPU"
     doc = "docs/agents.md"
     arms = tuple(ARMS)
     primary = Primary("correct_last_q", treatment="calculator", baseline="no_tool", direction=1)
@@ -159,18 +166,21 @@ class CalculatorCompare(Paper):
     curve_keys = ("reward", "correct", "tool_calls", "format_ok")
     curve_xlabels = dict.fromkeys(curve_keys, "rollout step")
 
-    def __init__(self, steps: int) -> None:
-        self.presets = {"cpu": Preset(f"steps{steps}", (0,), 0.0, {"steps": steps})}
+    def __init__(self, steps: int, task: str = "countdown") -> None:
+        self.title = f"Calculator vs no tool: SmolLM2-135M, {task}, CPU"
+        settings = {"steps": steps, "task": task}
+        self.presets = {"cpu": Preset(f"{task}_steps{steps}", (0,), 0.0, settings)}
 
     def precheck(self, ctx: Context) -> Figures:
         return dict(PRECHECK)
 
     def run_arm(self, ctx: Context, arm: str, seed: int) -> Figures:
         root = ctx.run_dir(arm, seed)
-        config, warm, _ = ARMS[arm]
+        role, warm, _ = ARMS[arm]
+        config, sft_config = TASKS[ctx.settings["task"]][role]
         figures: Figures = {}
         if warm:
-            sft = run_cli("fit", [SFT[config]], sft_fragment(ctx.out, arm, seed),
+            sft = run_cli("fit", [sft_config], sft_fragment(ctx.out, arm, seed),
                           root / "sft_fragment.yaml")  # fmt: skip
             figures["sft_val_loss"] = sft.get("val/loss", math.nan)
         fragment = arm_fragment(ctx.out, arm, seed, ctx.settings["steps"])
@@ -183,6 +193,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--task", choices=list(TASKS), default="arithmetic")
     parser.add_argument("--steps", type=int, default=48, help="rollout steps per run (max 48)")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=["calculator", "no_tool"])
     parser.add_argument("--out", type=Path, default=Path("runs/calculator_compare"))
@@ -198,7 +209,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> Figures:
     opts = parse_args(argv)
-    paper = CalculatorCompare(opts.steps)
+    paper = CalculatorCompare(opts.steps, opts.task)
     preset = paper.presets["cpu"]
     ctx = Context(paper.name, preset, opts.out / preset.name)
     runs: dict[str, dict[int, Figures]] = {arm: {} for arm in opts.arms}
@@ -213,8 +224,9 @@ def main(argv: Sequence[str] | None = None) -> Figures:
         f.write(per_seed_markdown(runs))
     print((ctx.out / "results.md").read_text())
     if opts.docs is not None:
-        shutil.copy(ctx.out / f"{paper.name}.png", opts.docs / "agents_calculator.png")
-        shutil.copy(ctx.out / "results.json", opts.docs / "agents_calculator.json")
+        stem = f"agents_calculator_{opts.task}"
+        shutil.copy(ctx.out / f"{paper.name}.png", opts.docs / f"{stem}.png")
+        shutil.copy(ctx.out / "results.json", opts.docs / f"{stem}.json")
     return summary
 
 

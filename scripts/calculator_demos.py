@@ -1,19 +1,23 @@
-"""Demonstrations for the calculator example's supervised warm start: scripted episodes on
-Countdown tasks that the RL runs never see, as SFT chat rows.
+"""Demonstrations for the calculator examples' supervised warm start: scripted episodes on
+tasks that the RL runs never see, as SFT chat rows.
 
-    python scripts/calculator_demos.py            # rewrites the two shipped files below
+    python scripts/calculator_demos.py            # rewrites the four shipped files below
 
-Writes ``lit_rlhf/data/samples/countdown_calculator_demos.jsonl`` (the calculator arm: on every
-other task, check ``a + b`` with the calculator, read the ``<result>``, answer the sum when it is
-the target and the difference otherwise, every observation the real ``CountdownCalculatorEnv``'s
-answer; on the others, the answer at once) and ``countdown_notool_demos.jsonl`` (the no-tool
-arm: the same tasks, the answer at once). Half and half (``--tool-share``) leaves the choice of
-calling the tool to RL: a warm start on tool episodes only makes every episode call it before
-RL starts, so RL could not show whether the tool pays. The
-prompts (system prompt, question template, task ranges) are read from the two PPO configs, so a
-demonstration looks exactly like an RL episode's start; only the task seed differs (``--seed``,
-default 2; the RL configs train on seed 0 and validate on seed 1). The environment's turns use
-the role the multi-turn loop renders them with for the configs' tokenizer.
+Two tasks, two arms each (``lit_rlhf/data/samples/``):
+
+- Countdown (``countdown_calculator_demos.jsonl``): check ``a + b`` with the calculator, read the
+  ``<result>``, answer the sum when it is the target and the difference otherwise;
+  ``countdown_notool_demos.jsonl``: the same tasks, the ``<answer>`` at once.
+- Arithmetic (``arithmetic_calculator_demos.jsonl``): call the calculator on the product, box its
+  result; ``arithmetic_notool_demos.jsonl``: the same tasks, the value boxed at once.
+
+A calculator arm's file calls the tool on every other task and answers at once on the others
+(``--tool-share``, default 0.5): a warm start on tool episodes only would make every episode call
+the tool before RL starts, so RL could not show whether calling it pays. Every observation is the
+real ``CountdownCalculatorEnv``'s answer, rendered in the role the multi-turn loop uses for the
+configs' tokenizer. The prompts (system prompt, question template, task ranges) are read from the
+arms' PPO configs, so a demonstration starts exactly like an RL episode; only the task seed
+differs (``--seed``, default 2; the RL configs train on seed 0 and validate on seed 1).
 """
 
 from __future__ import annotations
@@ -27,9 +31,15 @@ from typing import Any
 
 import yaml
 
-from lit_rlhf.data import CountdownPrompts
+from lit_rlhf.data import ArithmeticPrompts, CountdownPrompts
 from lit_rlhf.envs import CountdownCalculatorEnv
-from lit_rlhf.envs.demos import countdown_answer, countdown_calculator_turns, scripted_messages
+from lit_rlhf.envs.demos import (
+    arithmetic_answer,
+    arithmetic_calculator_turns,
+    countdown_answer,
+    countdown_calculator_turns,
+    scripted_messages,
+)
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.training.multiturn import observation_role
 
@@ -37,46 +47,48 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {
     "calculator": ROOT / "configs/ppo/countdown_calculator_smollm2.yaml",
     "notool": ROOT / "configs/ppo/countdown_notool_smollm2.yaml",
+    "arithmetic_calculator": ROOT / "configs/ppo/arithmetic_calculator_smollm2.yaml",
+    "arithmetic_notool": ROOT / "configs/ppo/arithmetic_notool_smollm2.yaml",
 }
 SAMPLES = ROOT / "lit_rlhf/data/samples"
 
 
 def demo_file(arm: str) -> Path:
-    """The shipped demonstrations of ``arm`` (``calculator`` or ``notool``)."""
-    return SAMPLES / f"countdown_{arm}_demos.jsonl"
+    """The shipped demonstrations of ``arm`` (a key of :data:`CONFIGS`)."""
+    prefix = "" if arm.startswith("arithmetic") else "countdown_"
+    return SAMPLES / f"{prefix}{arm}_demos.jsonl"
+
+
+def _turns(row: dict[str, Any], uses_tool: bool) -> list[str]:
+    if row["task"] == "arithmetic":
+        if uses_tool:
+            return arithmetic_calculator_turns(row["expression"], row["answer"])
+        return [arithmetic_answer(row["answer"])]
+    if uses_tool:
+        return countdown_calculator_turns(row["numbers"], row["target"])
+    return [countdown_answer(row["numbers"], row["target"])]
 
 
 def demo_rows(
     arm: str, num_examples: int, seed: int, tool_share: float = 0.5
 ) -> list[dict[str, Any]]:
-    """``num_examples`` chat rows for ``arm`` on Countdown tasks of ``seed``, with the system
-    prompt and question wording of the arm's PPO config; for ``calculator``, the tasks at
-    indices where ``floor((i + 1) * tool_share)`` steps up (every other one for 0.5) show the
-    calculator, the others answer at once."""
+    """``num_examples`` chat rows for ``arm`` on tasks of ``seed`` (the arm's PPO config's task
+    source with that seed), with the config's system prompt and question wording; for a
+    calculator arm, the tasks at indices where ``floor((i + 1) * tool_share)`` steps up (every
+    other one for 0.5) call the calculator, the others answer at once."""
     data = yaml.safe_load(CONFIGS[arm].read_text())["data"]["init_args"]
-    task = dict(data["train"]["init_args"], num_examples=num_examples, seed=seed)
-    tasks = CountdownPrompts(**task).load()
-    system = data.get("system_prompt")
-    if arm == "notool":
-        return [
-            {"messages": [
-                *([{"role": "system", "content": system}] if system else []),
-                {"role": "user", "content": row["question"]},
-                {"role": "assistant", "content": countdown_answer(row["numbers"], row["target"])},
-            ]}
-            for row in tasks
-        ]  # fmt: skip
+    source = {
+        "lit_rlhf.data.CountdownPrompts": CountdownPrompts,
+        "lit_rlhf.data.ArithmeticPrompts": ArithmeticPrompts,
+    }[data["train"]["class_path"]]
+    tasks = source(**dict(data["train"]["init_args"], num_examples=num_examples, seed=seed)).load()
+    system, share = data.get("system_prompt"), tool_share if "calculator" in arm else 0.0
     role = observation_role(load_tokenizer(data["tokenizer"]))
     env = CountdownCalculatorEnv()
     rows = []
     for i, row in enumerate(tasks):
-        uses_tool = math.floor((i + 1) * tool_share) > math.floor(i * tool_share)
-        turns = (
-            countdown_calculator_turns(row["numbers"], row["target"])
-            if uses_tool
-            else [countdown_answer(row["numbers"], row["target"])]
-        )
-        rows.append(scripted_messages(env, row, turns, question=row["question"],
+        uses_tool = math.floor((i + 1) * share) > math.floor(i * share)
+        rows.append(scripted_messages(env, row, _turns(row, uses_tool), question=row["question"],
                                       system_prompt=system, observation_role=role))  # fmt: skip
     return rows
 

@@ -2,6 +2,7 @@
 compressor-decoder modules, preference-pair sources for generative reward models, judge
 templates, the prompt data module, and the supervised fine-tuning data module."""
 
+from lit_rlhf.data.arithmetic import ArithmeticPrompts
 from lit_rlhf.data.countdown import countdown_question, generate_countdown
 from lit_rlhf.data.judge_templates import (
     JUDGE_TEMPLATES,
@@ -18,6 +19,7 @@ from lit_rlhf.data.text import TextChunks
 
 __all__ = [
     "JUDGE_TEMPLATES",
+    "ArithmeticPrompts",
     "CountdownPrompts",
     "FilePrompts",
     "MixturePrompts",

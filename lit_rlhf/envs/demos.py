@@ -7,7 +7,8 @@ observation in a demonstration is exactly what the environment answers during RL
 a ``{"messages": [...]}`` row that :class:`~lit_rlhf.data.SFTDataModule` trains on (loss on the
 assistant turns only). :func:`countdown_calculator_turns` is the Countdown calculator example's
 script: check the sum with the calculator, then answer the sum when the result is the target
-and the difference otherwise.
+and the difference otherwise; :func:`arithmetic_calculator_turns` the arithmetic example's: call
+the calculator on the expression, then box its result.
 """
 
 from __future__ import annotations
@@ -77,3 +78,14 @@ def countdown_answer(numbers: Sequence[int], target: int) -> str:
     if abs(a - b) == target:
         return f"<answer>{max(a, b)} - {min(a, b)}</answer>"
     raise ValueError(f"neither {a} + {b} nor their difference reaches {target}")
+
+
+def arithmetic_calculator_turns(expression: str, answer: str) -> list[str]:
+    """The arithmetic calculator example's agent turns: ``<tool>calculator: EXPRESSION</tool>``,
+    then the ``<result>`` value as ``\\boxed{VALUE}``."""
+    return [f"<tool>calculator: {expression}</tool>", arithmetic_answer(answer)]
+
+
+def arithmetic_answer(answer: str) -> str:
+    """``\\boxed{VALUE}``: the answer format :class:`~lit_rlhf.rewards.MathReward` reads."""
+    return f"\\boxed{{{answer}}}"

@@ -11,7 +11,13 @@ import pytest
 from lit_rlhf.data.prompts import render_chat_prompt
 from lit_rlhf.data.sft import IGNORE, SFTEncoder
 from lit_rlhf.envs import CountdownCalculatorEnv, StepResult
-from lit_rlhf.envs.demos import countdown_answer, countdown_calculator_turns, scripted_messages
+from lit_rlhf.envs.demos import (
+    arithmetic_answer,
+    arithmetic_calculator_turns,
+    countdown_answer,
+    countdown_calculator_turns,
+    scripted_messages,
+)
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.rewards.countdown import evaluate_expression
 from lit_rlhf.training.multiturn import MultiTurnRollout, MultiTurnSettings, observation_role
@@ -77,10 +83,12 @@ def test_scripted_messages_refuse_faults_and_misplaced_ends():
 
 def test_shipped_demonstrations_are_what_the_script_writes():
     script = _demos_script()
-    for arm in ("calculator", "notool"):
+    for arm in script.CONFIGS:
         shipped = [json.loads(line) for line in script.demo_file(arm).read_text().splitlines()]
         assert shipped == script.demo_rows(arm, len(shipped), seed=2)
         assert len(shipped) == 128
+        calls = sum(m["role"] == "tool" for row in shipped for m in row["messages"])
+        assert calls == (64 if "calculator" in arm else 0)  # half the calculator demos call it
 
 
 def test_sft_tokens_of_a_demonstration_are_the_rl_loops_tokens():
@@ -110,3 +118,15 @@ def test_sft_tokens_of_a_demonstration_are_the_rl_loops_tokens():
     expected = [*range(start1, start1 + len(agent1) + len(newline)),
                 *range(start2, start2 + len(agent2) + len(newline))]  # fmt: skip
     assert trained == expected
+
+
+def test_arithmetic_demonstration_boxes_the_calculators_result():
+    turns = arithmetic_calculator_turns("78 * 98", "7644")
+    row = scripted_messages(CountdownCalculatorEnv(), {}, turns, question="Q")
+    assert [m["content"] for m in row["messages"]] == [
+        "Q",
+        "<tool>calculator: 78 * 98</tool>",
+        "<result>7644</result>",
+        "\\boxed{7644}",
+    ]
+    assert arithmetic_answer("12") == "\\boxed{12}"

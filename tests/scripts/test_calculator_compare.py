@@ -22,8 +22,10 @@ def test_warm_arm_starts_ppo_from_its_own_sft_export(tmp_path: Path):
     assert sft["seed_everything"] == ppo["seed_everything"] == 3
     assert sft["data"]["init_args"]["seed"] == ppo["data"]["init_args"]["seed"] == 3
     assert ppo["trainer"]["limit_train_batches"] == 5
-    assert compare.SFT[compare.ARMS["calculator"][0]].endswith("countdown_calculator_smollm2.yaml")
-    assert compare.SFT[compare.ARMS["no_tool"][0]].endswith("countdown_notool_smollm2.yaml")
+    assert compare.TASKS["arithmetic"]["calculator"][1].endswith(
+        "arithmetic_calculator_smollm2.yaml"
+    )
+    assert compare.ARMS["no_tool"][:2] == ("no_tool", True)
 
 
 def test_cold_arms_start_from_the_configs_model(tmp_path: Path):
@@ -46,7 +48,8 @@ def test_one_step_per_arm_runs_both_stages(tmp_path: Path):
     """The whole pipeline on the embedded SmolLM2 (about 5 minutes on 2 cores)."""
     compare = load_script("calculator_compare")
     summary = compare.main(["--seeds", "0", "--steps", "1", "--out", str(tmp_path)])
-    assert (tmp_path / "steps1" / "calculator" / "seed0" / "sft" / "hf" / "config.json").is_file()
+    export = tmp_path / "arithmetic_steps1" / "calculator" / "seed0" / "sft" / "hf"
+    assert (export / "config.json").is_file()
     assert set(summary["arms"]) == {"calculator", "no_tool"}
     calculator = summary["arms"]["calculator"]
     assert 0.0 <= calculator["tool_calls_first_q"]["mean"] <= 1.0
