@@ -7,7 +7,7 @@ how does it compare with the same training without the tool?
 Arms (the same tasks, seeds, batches, samples per prompt and learning rate):
 ``calculator`` is ``configs/ppo/countdown_calculator_smollm2.yaml`` (up to 2 turns of 24 tokens,
 the calculator answers ``<tool>calculator: EXPR</tool>``) started from a supervised warm start
-(``configs/sft/countdown_calculator_smollm2.yaml``: 14 steps on demonstrations of which half call
+(``configs/sft/countdown_calculator_smollm2.yaml``: 42 steps on demonstrations of which half call
 the calculator, written by ``scripts/calculator_demos.py``); ``no_tool`` is
 ``configs/ppo/countdown_notool_smollm2.yaml`` (single-turn, the question without the tool
 instruction, one turn of 48 tokens) started from the same warm start on the same tasks answered

@@ -206,10 +206,16 @@ class LRSchedule:
 
     Args:
         settings: the schedule (default: constant, no warmup: the lr is each group's own).
+        idle_batches: training batches of the run that take no optimizer step (one-step-off
+            training's first ``max_staleness`` batches only generate); a total derived from the
+            trainer leaves them out, so the schedule ends on the run's last update.
     """
 
-    def __init__(self, settings: LRScheduleSettings | None = None) -> None:
+    def __init__(self, settings: LRScheduleSettings | None = None, idle_batches: int = 0) -> None:
+        if idle_batches < 0:
+            raise ValueError(f"idle_batches must be >= 0, got {idle_batches}")
         self.settings = settings or LRScheduleSettings()
+        self.idle_batches = idle_batches
         self.batches = 0  # training batches completed
         self.steps = 0  # optimizer steps taken
         self.base_lrs: list[float] | None = None
@@ -253,6 +259,8 @@ class LRSchedule:
                 steps_per_batch=steps_per_batch,
             )
             if total is not None:
+                per_batch = 1 if settings.lr_interval == "batch" else steps_per_batch
+                total = max(1, total - self.idle_batches * per_batch)
                 settings.check_total(total, derived=True)
         if total is None and settings.needs_total:
             raise ValueError(

@@ -77,6 +77,8 @@ class OptimizerStep:
             (the group's ``"name"``, else its index). Refused under DeepSpeed and FSDP (they clip
             the global norm of sharded gradients) and under float16 loss scaling (Lightning
             unscales inside the step, after the clip): see :meth:`check_strategy`.
+        lr_idle_batches: training batches without an optimizer step, left out of the lr
+            schedule's derived total (:class:`~lit_rlhf.training.lr_schedule.LRSchedule`).
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class OptimizerStep:
         max_consecutive_skips: int = 5,
         lr_schedule: LRScheduleSettings | None = None,
         clip_grad_per_group: bool = False,
+        lr_idle_batches: int = 0,
     ) -> None:
         if max_grad_norm is not None and not max_grad_norm > 0:
             raise ValueError(
@@ -95,7 +98,7 @@ class OptimizerStep:
         self.max_grad_norm = max_grad_norm
         self.norm_key = norm_key
         self.skips = NonFiniteSkips(max_consecutive_skips)
-        self.lr = LRSchedule(lr_schedule)
+        self.lr = LRSchedule(lr_schedule, idle_batches=lr_idle_batches)
         self.clip_grad_per_group = clip_grad_per_group
 
     def configure(self, strategy: Any) -> None:

@@ -79,6 +79,7 @@ class PolicyStep:
             max_consecutive_skips=max_consecutive_skips,
             lr_schedule=lr_schedule,
             clip_grad_per_group=clip_grad_per_group,
+            lr_idle_batches=settings.max_staleness,  # the first k batches only generate
         )
         self.shuffle = torch.Generator().manual_seed(seed)
         self.frozen = FrozenModules("ref_policy")

@@ -361,3 +361,17 @@ def test_deepspeed_optimizer_steps_with_the_schedule_lr(tiny_model_dir: str, tmp
     # 2 batches: warmup 0, then the linear decay's start (1e-3)
     assert [lrs[0] for lrs in seen["lrs"]] == pytest.approx([0.0, 1e-3])
     assert seen["changed"] == [False, True]
+
+
+@pytest.mark.parametrize(("interval", "total"), [("batch", 4), ("optimizer_step", 8)])
+def test_idle_batches_are_left_out_of_the_derived_total(interval: Any, total: int) -> None:
+    """One-step-off training's first max_staleness batches take no optimizer step: the derived
+    total leaves them out (here 5 batches, 1 idle, 2 optimizer steps per batch)."""
+    settings = LRScheduleSettings(lr_schedule="cosine", lr_interval=interval)
+    trainer = SimpleNamespace(max_epochs=1, num_training_batches=5, max_steps=-1)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = LRSchedule(settings, idle_batches=1)
+    schedule.apply(trainer, optimizer, (0, 2))
+    assert schedule.total == total
+    with pytest.raises(ValueError, match="idle_batches must be >= 0"):
+        LRSchedule(settings, idle_batches=-1)
