@@ -81,6 +81,14 @@ class OverlappedRollouts:
         """At setup, before any model loads: what cannot run beside the update."""
         strategy = getattr(trainer, "strategy", None)
         name = type(engine).__name__
+        fast = getattr(trainer, "fast_dev_run", 0)
+        fast = 1 if fast is True else int(fast or 0)
+        if 0 < fast <= self.max_staleness:
+            raise ValueError(
+                f"fast_dev_run={fast} with max_staleness={self.max_staleness}: the first "
+                f"{self.max_staleness} batches only generate, so this run would make no update. "
+                f"Fix: fast_dev_run: {self.max_staleness + 1} (or more), or max_staleness: 0."
+            )
         if not serves_own_weights(engine):
             sharded = (
                 is_deepspeed(strategy) and bool(getattr(strategy, "zero_stage_3", False))

@@ -248,10 +248,18 @@ def test_off_policy_settings_are_refused_with_the_fix(tiny_model_dir, kwargs, me
         (SimpleNamespace(strategy=None, world_size=1), _vllm_like(enable_sleep_mode=True),
          "enable_sleep_mode: false"),
         (SimpleNamespace(strategy=None, world_size=1), _vllm_like(truncates=True), "top_k: 0"),
+        (SimpleNamespace(strategy=None, world_size=1, fast_dev_run=1), HFGenerationEngine(),
+         "make no update. Fix: fast_dev_run: 2"),
+        (SimpleNamespace(strategy=None, world_size=1, fast_dev_run=True), HFGenerationEngine(),
+         "fast_dev_run=1 with max_staleness=1"),
     ],
-    ids=["zero3-snapshot", "ddp-lockstep", "vllm-sleep", "vllm-truncated-log-probs"],
+    ids=["zero3-snapshot", "ddp-lockstep", "vllm-sleep", "vllm-truncated-log-probs",
+         "fast-dev-run-1", "fast-dev-run-true"],
 )  # fmt: skip
 def test_off_policy_setups_that_cannot_overlap_are_refused_at_setup(trainer, engine, message):
     with pytest.raises(ValueError, match=message):
         OverlappedRollouts(1).check(trainer, engine)
     OverlappedRollouts(1).check(SimpleNamespace(strategy=None, world_size=1), HFGenerationEngine())
+    OverlappedRollouts(1).check(  # two batches: one update
+        SimpleNamespace(strategy=None, world_size=1, fast_dev_run=2), HFGenerationEngine()
+    )
