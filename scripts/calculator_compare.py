@@ -1,24 +1,28 @@
 """Calculator vs no tool: does the calculator example learn on CPU with the embedded SmolLM2, and
 how does it compare with the same training without the tool?
 
-    python scripts/calculator_compare.py --seeds 0 1 --steps 48   # both arms, 2 seeds
-    python scripts/calculator_compare.py --seeds 0 --steps 2      # smoke: 2 rollouts per arm
+    python scripts/calculator_compare.py --task arithmetic --seeds 0 1   # both arms, 2 seeds
+    python scripts/calculator_compare.py --task countdown --seeds 0 1
+    python scripts/calculator_compare.py --seeds 0 --steps 2 --out /tmp/smoke   # smoke
 
-Arms (the same tasks, seeds, batches, samples per prompt and learning rate):
-``calculator`` is ``configs/ppo/countdown_calculator_smollm2.yaml`` (up to 2 turns of 24 tokens,
-the calculator answers ``<tool>calculator: EXPR</tool>``) started from a supervised warm start
-(``configs/sft/countdown_calculator_smollm2.yaml``: 42 steps on demonstrations of which half call
-the calculator, written by ``scripts/calculator_demos.py``); ``no_tool`` is
-``configs/ppo/countdown_notool_smollm2.yaml`` (single-turn, the question without the tool
-instruction, one turn of 48 tokens) started from the same warm start on the same tasks answered
-at once. ``--arms`` adds the cold arms, PPO from the embedded model itself: ``calculator_cold``,
-``calculator_turn48_cold`` (48-token turns), ``no_tool_cold`` and ``no_tool_masked_cold``
-(responses cut at the budget left out of the loss, the calculator arm's rule for cut episodes).
+Tasks (``--task``): ``arithmetic`` (two-digit products, ``configs/ppo/arithmetic_*_smollm2.yaml``,
+``MathReward`` on ``\\boxed{}``: the calculator computes what the model cannot) and ``countdown``
+(two numbers, + or -, ``configs/ppo/countdown_*_smollm2.yaml``: the calculator can check a sum,
+the answer is an expression). Arms (the same tasks, seeds, batches, samples per prompt and
+learning rate): ``calculator`` is the task's calculator config (up to 2 turns of 24 tokens, the
+calculator answers ``<tool>calculator: EXPR</tool>``) started from its supervised warm start
+(``configs/sft/<task>_calculator_smollm2.yaml``: 42 steps on demonstrations of which half call
+the calculator, written by ``scripts/calculator_demos.py``); ``no_tool`` is the task's no-tool
+config (single-turn, the question without the tool sentence, one turn of 48 tokens) started from
+the same warm start on the same tasks answered at once. ``--arms`` adds the cold arms, PPO from
+the embedded model itself: ``calculator_cold``, ``calculator_turn48_cold`` (48-token turns),
+``no_tool_cold`` and ``no_tool_masked_cold`` (responses cut at the budget left out of the loss).
 Per run: the training curves of reward, answer accuracy (``reward/correct``), format and tool-call
-rate (``env/tool_calls``, calculator arms only), and each one's first- and last-quarter means and
-their difference ("rise"). Results, cached per (arm, seed), go to ``<out>/steps<N>/``
-(``results.md``, ``results.json``, ``calculator_compare.png``); ``--docs`` copies the PNG and JSON
-to ``<docs>/agents_calculator.{png,json}``.
+rate (``env/tool_calls``, calculator arms only), and each one's start (the mean of the first two
+rollouts), first- and last-quarter means, and the rise (last quarter - start). Results, cached
+per (arm, seed), go to ``<out>/<task>_steps<N>/`` (``results.md``, ``results.json``,
+``calculator_compare.png``; the curve figures are recomputed from each run's ``metrics.csv`` on
+every report); ``--docs`` copies the PNG and JSON to ``<docs>/agents_calculator_<task>.{png,json}``.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ CURVES: dict[str, str | tuple[str, ...]] = {
     "truncated": "rollout/truncated",  # share of agent turns that hit a token budget
     "length": "rollout/response_length",
 }
-RISES = ("reward", "correct", "tool_calls")  # the figures whose first/last quarter is tabled
+RISES = ("reward", "correct", "tool_calls")  # the figures whose start and quarters are tabled
 PRECHECK = {
     "go": True,
     "reason": "none: every arm starts from the embedded model (the warm-started arms after SFT "
@@ -86,13 +90,16 @@ PRECHECK = {
 
 
 def quarter_figures(values: list[float]) -> dict[str, float]:
-    """Means of the first and last quarter of ``values`` (at least one value each) and the rise
-    last - first; NaN for no values. E.g. 8 values: the first 2 and the last 2."""
+    """``start``: the mean of the first two values (the first two rollouts: what the run starts
+    from, before RL has moved much); ``first_q`` / ``last_q``: the means of the first and last
+    quarter (at least one value each); ``rise``: ``last_q - start``. NaN for no values. E.g. 8
+    values: the first 2 and the last 2."""
     if not values:
-        return {"first_q": math.nan, "last_q": math.nan, "rise": math.nan}
+        return {"start": math.nan, "first_q": math.nan, "last_q": math.nan, "rise": math.nan}
     n = max(1, len(values) // 4)
+    start = statistics.fmean(values[:2])
     first, last = statistics.fmean(values[:n]), statistics.fmean(values[-n:])
-    return {"first_q": first, "last_q": last, "rise": last - first}
+    return {"start": start, "first_q": first, "last_q": last, "rise": last - start}
 
 
 def curve_figures(metrics_csv: Path) -> Figures:
@@ -139,7 +146,8 @@ def sft_fragment(out: Path, arm: str, seed: int) -> dict[str, Any]:
 
 
 def per_seed_markdown(runs: dict[str, dict[int, Figures]]) -> str:
-    """One row per (arm, seed): each curve's first- and last-quarter mean, ``first -> last``."""
+    """One row per (arm, seed): each curve's start (first two rollouts) and last-quarter mean,
+    ``start -> last``."""
     names = (*RISES, "format_ok", "truncated")
     lines = [
         "| arm | seed | " + " | ".join(names) + " | seconds |",
@@ -147,7 +155,7 @@ def per_seed_markdown(runs: dict[str, dict[int, Figures]]) -> str:
     ]
     for arm, by_seed in runs.items():
         for seed, f in sorted(by_seed.items()):
-            first = {n: f.get(f"{n}_first_q", math.nan) for n in names}
+            first = {n: f.get(f"{n}_start", math.nan) for n in names}
             last = {n: f.get(f"{n}_last_q", math.nan) for n in names}
             cells = [
                 "n/a" if math.isnan(first[n]) else f"{first[n]:.3f} -> {last[n]:.3f}" for n in names
@@ -162,7 +170,9 @@ class CalculatorCompare(Paper):
     doc = "docs/agents.md"
     arms = tuple(ARMS)
     primary = Primary("correct_last_q", treatment="calculator", baseline="no_tool", direction=1)
-    table_metrics = tuple(f"{name}_{q}" for name in RISES for q in ("first_q", "last_q", "rise"))
+    table_metrics = tuple(
+        f"{name}_{q}" for name in RISES for q in ("start", "first_q", "last_q", "rise")
+    )
     curve_keys = ("reward", "correct", "tool_calls", "format_ok")
     curve_xlabels = dict.fromkeys(curve_keys, "rollout step")
 
@@ -217,10 +227,11 @@ def main(argv: Sequence[str] | None = None) -> Figures:
         for arm in opts.arms:
             if opts.finished_only and not (ctx.out / arm / f"seed{seed}" / "result.json").exists():
                 continue
-            runs[arm][seed] = cached_run(paper, ctx, arm, seed)
+            figures = cached_run(paper, ctx, arm, seed)
+            runs[arm][seed] = {**figures, **curve_figures(ctx.run_dir(arm, seed) / "metrics.csv")}
     summary = write_outputs(paper, ctx, runs, dict(PRECHECK))
     with (ctx.out / "results.md").open("a") as f:
-        f.write("\nPer seed, first-quarter -> last-quarter mean of each curve:\n\n")
+        f.write("\nPer seed, start (first two rollouts) -> last-quarter mean of each curve:\n\n")
         f.write(per_seed_markdown(runs))
     print((ctx.out / "results.md").read_text())
     if opts.docs is not None:

@@ -39,7 +39,8 @@ def test_cold_arms_start_from_the_configs_model(tmp_path: Path):
 def test_quarter_figures():
     compare = load_script("calculator_compare")
     got = compare.quarter_figures([0.0, 0.0, 0.5, 0.5, 1.0, 1.0, 0.5, 1.0])
-    assert got == {"first_q": 0.0, "last_q": 0.75, "rise": 0.75}
+    assert got == {"start": 0.0, "first_q": 0.0, "last_q": 0.75, "rise": 0.75}
+    assert compare.quarter_figures([0.5, 1.0, 1.0, 1.0])["start"] == 0.75
     assert all(math.isnan(v) for v in compare.quarter_figures([]).values())
 
 
