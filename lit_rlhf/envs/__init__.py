@@ -1,10 +1,12 @@
 """Multi-turn environments and tools (above rewards, below the training core): the
 :class:`Environment` protocol, the tag tool-call format, the example environments, the
-sandboxed Python code tool (:func:`run_python`, :class:`PythonTool`) and environments of named
-tools (:class:`ToolEnv`, :class:`PythonCodeEnv`)."""
+sandboxed Python code tool (:func:`run_python`, :class:`PythonTool`), environments of named
+tools (:class:`ToolEnv`, :class:`PythonCodeEnv`) and demonstrations for a supervised warm start
+(:func:`scripted_messages`)."""
 
 from lit_rlhf.envs.base import Environment, StepResult, check_environment
 from lit_rlhf.envs.calculator import CountdownCalculatorEnv
+from lit_rlhf.envs.demos import scripted_messages
 from lit_rlhf.envs.guess_number import GuessNumberEnv, GuessNumberPrompts, episode_reward_only
 from lit_rlhf.envs.sandbox import ExitReason, PythonTool, SandboxResult, run_python
 from lit_rlhf.envs.tool_env import PythonCodeEnv, ToolEnv
@@ -27,4 +29,5 @@ __all__ = [
     "episode_reward_only",
     "parse_tool_call",
     "run_python",
+    "scripted_messages",
 ]
