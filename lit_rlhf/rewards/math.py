@@ -11,6 +11,7 @@ the time there. ``max_answer_chars`` caps what reaches the parser in either case
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +22,9 @@ from math_verify.errors import TimeoutException
 
 from lit_rlhf.rewards.base import check_batch_lengths
 from lit_rlhf.types import RewardOutput
+
+# a number written out: sign, digits (thousands commas allowed), a decimal part, or one fraction
+_LITERAL_NUMBER = re.compile(r"[-+]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?(\s*/\s*\d+)?")
 
 
 def extract_boxed(text: str) -> str | None:
@@ -92,6 +96,12 @@ class MathReward:
         format_reward: score for a boxed but wrong answer.
         timeout_seconds: math-verify's per-parse and per-comparison limit (main thread only).
         max_answer_chars: longer boxed answers are not parsed and score as wrong.
+        literal_answers: the boxed answer must be a number written out (an optional sign,
+            digits with optional thousands commas, a decimal part, or one ``a/b`` fraction);
+            anything else, e.g. ``77 * 50``, scores as wrong even where math-verify finds it
+            equal to the reference. For tasks whose answer is the computation itself (two-digit
+            products): math-verify evaluates a boxed expression, so without this a policy can
+            box the question's expression and be scored correct.
 
     Info: ``correct`` and ``has_boxed`` (a non-empty ``\\boxed{}`` was found), [B] float 1/0.
     """
@@ -103,6 +113,7 @@ class MathReward:
         format_reward: float = 0.0,
         timeout_seconds: int = 5,
         max_answer_chars: int = 1000,
+        literal_answers: bool = False,
     ) -> None:
         if not answer_field:
             raise ValueError("answer_field must name the row key of the reference answer")
@@ -120,6 +131,7 @@ class MathReward:
         self.format_reward = float(format_reward)
         self.timeout_seconds = timeout_seconds
         self.max_answer_chars = max_answer_chars
+        self.literal_answers = literal_answers
 
     def __call__(
         self,
@@ -152,6 +164,8 @@ class MathReward:
         self, gold: str, boxed: str | None, cache: dict[str, list[Any]], timeout: int | None
     ) -> bool:
         if boxed is None or len(boxed) > self.max_answer_chars:
+            return False
+        if self.literal_answers and not _LITERAL_NUMBER.fullmatch(boxed.strip()):
             return False
         try:
             if gold not in cache:

@@ -129,3 +129,26 @@ def test_protocol_and_validation():
             MathReward(**kwargs)
     with pytest.raises(ValueError, match="same length"):
         MathReward()([""], [], [])
+
+
+@pytest.mark.parametrize(
+    ("boxed", "literal_score"),
+    [
+        ("3850", 1.0),
+        (" 3850 ", 1.0),
+        ("3,850", 1.0),
+        ("3850.0", 1.0),
+        ("77 * 50", 0.1),  # math-verify evaluates it to 3850: correct without literal_answers
+        ("77 \\times 50", 0.1),
+        ("3851", 0.1),
+    ],
+)
+def test_literal_answers_refuse_a_boxed_expression(boxed, literal_score):
+    """For a task whose answer is the computation, a boxed expression equal to the reference is
+    the question copied, not an answer: literal_answers scores it as wrong (format only)."""
+    row = {"answer": "3850"}
+    completion = f"so \\boxed{{{boxed}}}"
+    plain = MathReward(format_reward=0.1)(["q"], [completion], [row]).scores.item()
+    literal = MathReward(format_reward=0.1, literal_answers=True)(["q"], [completion], [row])
+    assert literal.scores.item() == pytest.approx(literal_score)
+    assert plain == pytest.approx(0.1 if boxed == "3851" else 1.0)
