@@ -15,8 +15,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlhf.cli import cli_main, main
-from lit_rlhf.cli_checkpoints import CheckpointError
-from lit_rlhf.cli_export import ExportError
+from lit_rlhf.cli.checkpoints import CheckpointError
+from lit_rlhf.cli.export import ExportError
 from lit_rlhf.models import resolve
 from lit_rlhf.models.lora import merged_copy
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lit_rlhf.cli import cli_main
-from lit_rlhf.cli_checkpoints import CheckpointError
+from lit_rlhf.cli.checkpoints import CheckpointError
 from tests.distributed.launch import run_python
 
 pytestmark = pytest.mark.distributed

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from lit_rlhf.cli import LitRLHFCLI, cli_main
-from lit_rlhf.cli_checkpoints import CheckpointError
+from lit_rlhf.cli.checkpoints import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "ppo" / "countdown_tiny.yaml")

@@ -35,9 +35,9 @@ from typing import Any, Literal
 
 from lightning import LightningModule
 
-from lit_rlhf import cli_checkpoints as ckpt
-from lit_rlhf.cli import LitRLHFCLI, cli_main
-from lit_rlhf.cli_export_weights import load_network_weights, read_checkpoint
+import lit_rlhf.cli.checkpoints as ckpt
+from lit_rlhf.cli.app import LitRLHFCLI, cli_main
+from lit_rlhf.cli.export_weights import load_network_weights, read_checkpoint
 from lit_rlhf.models.lora import is_lora
 from lit_rlhf.training.export import (
     ExportableModule,

@@ -12,7 +12,7 @@ import torch
 from lightning import LightningModule
 from torch import Tensor, nn
 
-from lit_rlhf import cli_checkpoints as ckpt
+import lit_rlhf.cli.checkpoints as ckpt
 from lit_rlhf.models.checkpoint_weights import WeightMismatch
 
 # Lightning wraps the LightningModule in the DeepSpeed engine under this attribute
@@ -21,7 +21,7 @@ _DEEPSPEED_PREFIX = "_forward_module."
 
 def read_checkpoint(path: str) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """``(state_dict, hyper_parameters)`` of a checkpoint file or DeepSpeed folder; an unreadable
-    one is refused naming the path and the cause (:mod:`lit_rlhf.cli_checkpoints`)."""
+    one is refused naming the path and the cause (:mod:`lit_rlhf.cli.checkpoints`)."""
     target = Path(path)
     if target.is_dir():
         hparams = ckpt.read_hparams(path)  # checks the folder's layout (latest, tag, states)

@@ -1,4 +1,5 @@
-"""``lit-rlhf fit|validate|test --config ...``: one LightningCLI for every module and DataModule.
+"""``lit-rlhf fit|validate|test|predict --config ...``: one LightningCLI for every module and
+DataModule (``lit-rlhf export`` builds on it: :mod:`lit_rlhf.cli.export`).
 
 Every cross-component link lives here:
 - ``data.tokenizer`` (the DataModule's loaded tokenizer) -> ``model.init_args.tokenizer``, for
@@ -37,7 +38,7 @@ unless the command line says ``--weights_only false``.
 Checkpoint files are written atomically (:class:`~lit_rlhf.training.AtomicCheckpointIO`: a run
 killed mid-write leaves ``last.ckpt`` whole) unless the config chooses a checkpoint IO plugin.
 
-A refused configuration ends with the cause (:mod:`lit_rlhf.cli_errors`): a parse error prints
+A refused configuration ends with the cause (:mod:`lit_rlhf.cli.errors`): a parse error prints
 the keys that lead to it and ``error: <key>: <cause>. Fix: ...`` last; an error raised by a
 class while the CLI builds it propagates as that class's own exception, not inside
 jsonargparse's union report with its namespace dump.
@@ -46,7 +47,6 @@ jsonargparse's union report with its namespace dump.
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from typing import Any, Literal
 
@@ -54,9 +54,8 @@ from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT
 from lightning.pytorch.cli import LightningCLI
 
-from lit_rlhf import cli_checkpoints as ckpt
-from lit_rlhf.cli_errors import LitRLHFParser, root_cause
-from lit_rlhf.strategies.shutdown import shutdown_distributed
+import lit_rlhf.cli.checkpoints as ckpt
+from lit_rlhf.cli.errors import LitRLHFParser, root_cause
 from lit_rlhf.training.checkpoint_io import use_atomic_checkpoint_io
 from lit_rlhf.training.faults import CheckpointOnInterrupt
 from lit_rlhf.training.precision import resolve_precision
@@ -113,7 +112,7 @@ class LitRLHFCLI(LightningCLI):
 
     def _read_ckpt_hparams(self) -> None:
         """LightningCLI's hyperparameter reading (for files and DeepSpeed folders), each wrong
-        checkpoint refused with its path and cause (:mod:`lit_rlhf.cli_checkpoints`)."""
+        checkpoint refused with its path and cause (:mod:`lit_rlhf.cli.checkpoints`)."""
         subcommand = self.config["subcommand"]
         path = self.config[subcommand].get("ckpt_path")
         if path is None:
@@ -195,7 +194,7 @@ def cli_main(
     args: list[str] | None = None, run: bool = True, cli_class: type[LitRLHFCLI] = LitRLHFCLI
 ) -> LitRLHFCLI:
     """Build (and by default run) the CLI; ``args`` as on the command line. ``cli_class``: a
-    subclass with more arguments (``lit-rlhf export``: :mod:`lit_rlhf.cli_export`)."""
+    subclass with more arguments (``lit-rlhf export``: :mod:`lit_rlhf.cli.export`)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return cli_class(
         LightningModule,
@@ -214,26 +213,3 @@ def cli_main(
         args=args,
         run=run,
     )
-
-
-def main(args: list[str] | None = None) -> None:
-    """Console-script entry point: ``lit-rlhf`` (``args``: the command line after it, default
-    ``sys.argv[1:]``). ``export`` goes to :func:`lit_rlhf.cli_export.export_main`; for the
-    others, when the run is over the module releases its engine (``close``: a vLLM instance),
-    then every rank of a multi-process run meets at a barrier and destroys the process group
-    (see ``shutdown_distributed``)."""
-    argv = sys.argv[1:] if args is None else args
-    if argv[:1] == ["export"]:
-        from lit_rlhf.cli_export import export_main
-
-        export_main(argv[1:])
-        return
-    cli = cli_main(args)
-    close = getattr(cli.model, "close", None)
-    if callable(close):
-        close()
-    shutdown_distributed()
-
-
-if __name__ == "__main__":
-    main()
