@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from transformers import (
@@ -15,8 +15,8 @@ from transformers import (
 )
 
 from lit_rlhf.models.builtin import BUILTIN_NAMES, PREFIX, is_builtin, resolve_builtin
+from lit_rlhf.settings import Dtype
 
-Dtype = Literal["float32", "bfloat16", "float16"]
 log = logging.getLogger(__name__)
 
 

@@ -11,33 +11,34 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from lit_rlhf.models.partitioned import gathered
+from lit_rlhf.settings import LoRASettings, Quantize
 
 
-def lora_wrap(
-    model: Any, rank: int, alpha: int, target_modules: str | list[str], *, dropout: float = 0.0
-) -> Any:
-    """``model`` with peft LoRA adapters of ``rank`` on ``target_modules`` (the base weights
-    frozen), or ``model`` itself for rank 0."""
-    if rank == 0:
+def lora_wrap(model: Any, lora: LoRASettings) -> Any:
+    """``model`` with peft LoRA adapters of ``lora.rank`` on ``lora.target_modules`` (the base
+    weights frozen), or ``model`` itself for rank 0."""
+    if not lora.enabled:
         return model
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as err:
         raise ImportError(
-            "lora_rank > 0 needs peft. Fix: pip install 'lit-rlhf[lora]' (or peft), or set "
-            "lora_rank: 0 to train every weight."
+            "lora.rank > 0 needs peft. Fix: pip install 'lit-rlhf[lora]' (or peft), or set "
+            "lora.rank: 0 to train every weight."
         ) from err
     config = LoraConfig(
-        r=rank, lora_alpha=alpha, target_modules=target_modules, lora_dropout=dropout
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        target_modules=lora.target_modules,
+        lora_dropout=lora.dropout,
     )
     return get_peft_model(model, config)
 
@@ -50,50 +51,10 @@ def merged_copy(model: Any) -> Any:
     return copy.deepcopy(model).merge_and_unload()
 
 
-Quantize = Literal[None, "4bit"]
 _INSTALL_BNB = (
-    "Fix: on a CUDA machine `pip install bitsandbytes`, or set quantize: null (LoRA on the "
+    "Fix: on a CUDA machine `pip install bitsandbytes`, or set lora.quantize: null (LoRA on the "
     "unquantized base)."
 )
-
-
-@dataclass(frozen=True)
-class LoRASettings:
-    """The LoRA / QLoRA settings of a module (its ``lora_*`` and ``quantize`` arguments);
-    ``rank`` 0 = no adapters (every weight trains). Ranges are checked with the module's other
-    settings (:func:`lit_rlhf.training.settings.module_setting_rules`)."""
-
-    rank: int = 0
-    alpha: int = 16
-    target_modules: str | list[str] = "all-linear"
-    dropout: float = 0.0
-    quantize: Quantize = None
-
-    @classmethod
-    def from_hparams(cls, hp: Mapping[str, Any]) -> LoRASettings:
-        """From a module's hyperparameters (``lora_rank``, ``lora_alpha``, ...); absent: default."""
-        names = {"rank": "lora_rank", "alpha": "lora_alpha", "dropout": "lora_dropout",
-                 "target_modules": "lora_target_modules", "quantize": "quantize"}  # fmt: skip
-        return cls(**{field: hp[key] for field, key in names.items() if key in hp})
-
-    @property
-    def enabled(self) -> bool:
-        return self.rank > 0
-
-    def wrap(self, model: Any) -> Any:
-        """``model`` with adapters (:func:`lora_wrap`), itself for rank 0."""
-        return lora_wrap(model, self.rank, self.alpha, self.target_modules, dropout=self.dropout)
-
-    def check(self) -> None:
-        """Refuse ``quantize`` without adapters (a 4-bit base cannot be trained itself)."""
-        if self.quantize not in (None, "4bit"):
-            raise ValueError(f"quantize={self.quantize!r} is not one of [None, '4bit']")
-        if self.quantize is not None and not self.enabled:
-            raise ValueError(
-                f"quantize={self.quantize!r} stores the base weights in 4 bits, which cannot be "
-                "trained; only LoRA adapters can. Fix: set lora_rank > 0 (QLoRA), or quantize: "
-                "null to train every weight."
-            )
 
 
 def check_quantize_supported(quantize: Quantize) -> None:
@@ -104,8 +65,8 @@ def check_quantize_supported(quantize: Quantize) -> None:
     if not torch.cuda.is_available():
         raise RuntimeError(
             "quantize='4bit' (QLoRA) needs a CUDA GPU: bitsandbytes' 4-bit weights run on CUDA "
-            "only, and this machine has none. Fix: run on a CUDA machine, or set quantize: null "
-            "(LoRA on the unquantized base, which runs on CPU)."
+            "only, and this machine has none. Fix: run on a CUDA machine, or set lora.quantize: "
+            "null (LoRA on the unquantized base, which runs on CPU)."
         )
     if importlib.util.find_spec("bitsandbytes") is None:
         raise RuntimeError(f"quantize='4bit' (QLoRA) needs bitsandbytes. {_INSTALL_BNB}")

@@ -2,7 +2,8 @@
 
 - :class:`OptimizerStep`: micro-batch backward, gradient hooks, clipping and the optimizer step,
   the same under one process, DDP and DeepSpeed; it sets the lr of every step from the modules'
-  :class:`LRScheduleSettings` (warmup, then constant / linear / cosine; :mod:`.lr_schedule`).
+  ``optim`` group (:class:`~lit_rlhf.settings.OptimSettings`: warmup, then constant / linear /
+  cosine; :mod:`.lr_schedule`).
 - :class:`NonFiniteSkips` / :class:`CheckpointOnInterrupt` (:mod:`.faults`): the optimizer step's
   skip of non-finite steps, and a resumable checkpoint on SIGTERM / Ctrl-C.
 - :class:`FrozenModules` / :func:`freeze`: frozen models (a reference policy, a frozen decoder)
@@ -36,7 +37,7 @@ from lit_rlhf.training.faults import CheckpointOnInterrupt, NonFiniteSkips
 from lit_rlhf.training.frozen import FrozenModules, freeze
 from lit_rlhf.training.gradients import Gradients
 from lit_rlhf.training.loader_position import EpochEndLoaderReset
-from lit_rlhf.training.lr_schedule import LRSchedule, LRScheduleSettings
+from lit_rlhf.training.lr_schedule import LRSchedule
 from lit_rlhf.training.networks import PolicyNetworks, build_policy_networks
 from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.policy_step import PolicyStep
@@ -67,7 +68,6 @@ __all__ = [
     "GradientHook",
     "Gradients",
     "LRSchedule",
-    "LRScheduleSettings",
     "MicroBatch",
     "NonFiniteSkips",
     "OptimizerStep",

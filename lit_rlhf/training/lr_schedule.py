@@ -15,162 +15,25 @@ DeepSpeed a scheduler handed to the engine is stepped on every ``engine.step()``
 into ``param_groups`` works for a plain optimizer, Lightning's wrapper and DeepSpeed's ZeRO
 optimizers alike (their ``param_groups`` are the base optimizer's).
 
-Settings (flat module arguments, validated into :class:`LRScheduleSettings` when the module is
-built): ``lr_warmup_steps`` or ``lr_warmup_ratio`` (verl's ``lr_warmup_steps_ratio``: the warmup
-is ``int(ratio * total)`` steps), ``lr_schedule``, ``min_lr_ratio`` (the final lr as a fraction of
-lr), ``lr_interval`` and ``lr_total_steps`` (default: derived from the trainer,
+Settings (the ``optim`` group, :class:`~lit_rlhf.settings.OptimSettings`, validated when the
+module is built): ``lr_warmup_steps`` or ``lr_warmup_ratio`` (verl's ``lr_warmup_steps_ratio``:
+the warmup is ``int(ratio * total)`` steps), ``lr_schedule``, ``min_lr_ratio`` (the final lr as a
+fraction of lr), ``lr_interval`` and ``lr_total_steps`` (default: derived from the trainer,
 :func:`scheduled_total`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.algos.schedules import CoefficientSchedule, ScheduleKind
-from lit_rlhf.training.settings import refuse_out_of_range
+from lit_rlhf.algos.schedules import CoefficientSchedule
+from lit_rlhf.settings import LRInterval, OptimSettings
 
-LRInterval = Literal["batch", "optimizer_step"]
 LR_KEY = "train/lr"  # the first param group's lr, logged every step
-
-
-@dataclass(frozen=True)
-class LRScheduleSettings:
-    """The lr schedule's settings (the modules' flat arguments of the same names)."""
-
-    lr_warmup_steps: int = 0
-    lr_warmup_ratio: float = 0.0
-    lr_schedule: ScheduleKind = "constant"
-    min_lr_ratio: float = 0.0
-    lr_interval: LRInterval = "batch"
-    lr_total_steps: int | None = None
-
-    def __post_init__(self) -> None:
-        self._check_values()
-        self._check_effect()
-        if self.lr_total_steps is not None:
-            self.check_total(self.lr_total_steps, derived=False)
-
-    @classmethod
-    def from_hparams(cls, hparams: Mapping[str, Any]) -> LRScheduleSettings:
-        """The settings named in ``hparams`` (a module's hyperparameters); the rest default."""
-        return cls(
-            **{f.name: hparams[f.name] for f in dataclasses.fields(cls) if f.name in hparams}
-        )
-
-    @property
-    def decays(self) -> bool:
-        return self.lr_schedule != "constant"
-
-    @property
-    def needs_total(self) -> bool:
-        """Whether the schedule cannot be built without the number of scheduled steps."""
-        return self.decays or self.lr_warmup_ratio > 0
-
-    def _check_values(self) -> None:
-        for name, allowed in (("lr_schedule", ScheduleKind), ("lr_interval", LRInterval)):
-            if getattr(self, name) not in get_args(allowed):
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is not one of {list(get_args(allowed))}. "
-                    f"Fix: set model.init_args.{name} to one of them."
-                )
-        total = self.lr_total_steps
-        rules = [
-            ("lr_warmup_steps", _is_int(self.lr_warmup_steps) and self.lr_warmup_steps >= 0,
-             "an integer >= 0"),
-            ("lr_warmup_ratio", 0 <= self.lr_warmup_ratio < 1,
-             "in [0, 1) (a fraction of all scheduled steps)"),
-            ("min_lr_ratio", 0 <= self.min_lr_ratio <= 1,
-             "in [0, 1] (the final lr as a fraction of lr)"),
-            ("lr_total_steps", total is None or (_is_int(total) and total >= 1),
-             "an integer >= 1, or null to derive it from the trainer"),
-        ]  # fmt: skip
-        refuse_out_of_range(rules, dataclasses.asdict(self))
-        if self.lr_warmup_steps > 0 and self.lr_warmup_ratio > 0:
-            raise ValueError(
-                f"lr_warmup_steps={self.lr_warmup_steps} and lr_warmup_ratio="
-                f"{self.lr_warmup_ratio} both set the warmup. Fix: set only one of them (the "
-                "other to 0)."
-            )
-
-    def _check_effect(self) -> None:
-        """Refuse a setting that would silently change nothing."""
-        if not self.decays and self.min_lr_ratio != 0:
-            raise ValueError(
-                f"min_lr_ratio={self.min_lr_ratio} is where a linear or cosine decay ends, and "
-                "lr_schedule is 'constant': it would do nothing. Fix: set model.init_args."
-                "lr_schedule to linear or cosine, or leave min_lr_ratio at 0."
-            )
-        if self.decays and self.min_lr_ratio == 1:
-            raise ValueError(
-                f"min_lr_ratio=1 ends the {self.lr_schedule} decay where it starts: the lr would "
-                "stay constant. Fix: lower min_lr_ratio, or set lr_schedule: constant."
-            )
-        warmup = self.lr_warmup_steps > 0 or self.lr_warmup_ratio > 0
-        if not (warmup or self.decays) and self.lr_interval != "batch":
-            raise ValueError(
-                f"lr_interval={self.lr_interval!r} says when the lr schedule steps, and there is "
-                "no schedule (lr_schedule: constant, no warmup): it would do nothing. Fix: set a "
-                "warmup or lr_schedule, or leave lr_interval at 'batch'."
-            )
-        if self.lr_total_steps is not None and not self.needs_total:
-            raise ValueError(
-                f"lr_total_steps={self.lr_total_steps} is read only by a linear or cosine "
-                "lr_schedule or by lr_warmup_ratio, and neither is set: it would do nothing. "
-                "Fix: remove lr_total_steps, or set lr_schedule / lr_warmup_ratio."
-            )
-
-    def warmup_steps(self, total: int | None) -> int:
-        """Warmup length in ``lr_interval`` units: ``lr_warmup_steps``, or
-        ``int(lr_warmup_ratio * total)`` (rounded down, as verl does)."""
-        if self.lr_warmup_ratio > 0 and total is not None:
-            return int(self.lr_warmup_ratio * total)
-        return self.lr_warmup_steps
-
-    def check_total(self, total: int, *, derived: bool) -> None:
-        """Refuse a warmup that fills the ``total`` scheduled steps; a warmup ratio that rounds
-        to no step is refused for an explicit ``lr_total_steps`` and warned about for a derived
-        one (a short test run of a preset)."""
-        unit = "training batches" if self.lr_interval == "batch" else "optimizer steps"
-        where = (
-            f"{total} {unit} derived from the trainer (max_epochs x batches per epoch, or "
-            "max_steps)"
-            if derived
-            else f"lr_total_steps={total} {unit}"
-        )
-        warmup = self.warmup_steps(total)
-        if warmup >= total:
-            raise ValueError(
-                f"the lr warmup takes {warmup} steps of the {where}: the lr would never reach "
-                "lr. Fix: lower model.init_args.lr_warmup_steps (or use lr_warmup_ratio), or "
-                + ("train longer." if derived else "raise lr_total_steps.")
-            )
-        if self.lr_warmup_ratio > 0 and warmup == 0:
-            message = (
-                f"lr_warmup_ratio={self.lr_warmup_ratio} of the {where} rounds down to no warmup "
-                "step"
-            )
-            if not derived:
-                raise ValueError(f"{message}. Fix: raise lr_warmup_ratio or lr_total_steps.")
-            rank_zero_warn(f"{message}: this run has no warmup.")
-
-    def schedule(self, total: int | None) -> CoefficientSchedule:
-        """The lr factor (1.0 = the group's lr) as a function of the count."""
-        warmup = self.warmup_steps(total)
-        if not self.decays:
-            return CoefficientSchedule(1.0, warmup_steps=warmup)
-        return CoefficientSchedule(
-            1.0,
-            kind=self.lr_schedule,
-            final_value=self.min_lr_ratio,
-            warmup_steps=warmup,
-            total_steps=total,
-        )
 
 
 def scheduled_total(
@@ -211,10 +74,10 @@ class LRSchedule:
             trainer leaves them out, so the schedule ends on the run's last update.
     """
 
-    def __init__(self, settings: LRScheduleSettings | None = None, idle_batches: int = 0) -> None:
+    def __init__(self, settings: OptimSettings | None = None, idle_batches: int = 0) -> None:
         if idle_batches < 0:
             raise ValueError(f"idle_batches must be >= 0, got {idle_batches}")
-        self.settings = settings or LRScheduleSettings()
+        self.settings = settings or OptimSettings()
         self.idle_batches = idle_batches
         self.batches = 0  # training batches completed
         self.steps = 0  # optimizer steps taken
@@ -267,7 +130,7 @@ class LRSchedule:
                 f"lr_schedule={settings.lr_schedule!r} / lr_warmup_ratio="
                 f"{settings.lr_warmup_ratio} need the number of scheduled steps, and the trainer "
                 "sets no end (max_epochs and max_steps -1, or a loader without a length). Fix: "
-                "set model.init_args.lr_total_steps, or trainer.max_steps."
+                "set model.init_args.optim.lr_total_steps, or trainer.max_steps."
             )
         moved = self._saved_total is not None and total != self._saved_total
         if moved and settings.needs_total:  # a constant lr (and its warmup) ignores the total
@@ -294,7 +157,3 @@ class LRSchedule:
         self.base_lrs = None if base is None else [float(x) for x in base]
         self._saved_total = state.get("total")
         self._factor = None  # derived again from this run's trainer
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

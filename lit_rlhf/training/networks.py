@@ -11,8 +11,8 @@ from typing import Any
 from torch import nn
 
 from lit_rlhf.models import CriticModel, ValueHead, load_causal_lm
-from lit_rlhf.models.loading import Dtype
-from lit_rlhf.models.lora import LoRASettings, quantization_config
+from lit_rlhf.models.lora import lora_wrap, quantization_config
+from lit_rlhf.settings import Dtype, LoRASettings, PrecisionSettings
 from lit_rlhf.strategies import transformers_zero3_context
 from lit_rlhf.training.frozen import freeze
 
@@ -28,24 +28,24 @@ def build_policy_networks(
     model: str,
     *,
     strategy: Any = None,
-    dtype: Dtype = "float32",
-    reference_dtype: Dtype | None = None,
+    precision: PrecisionSettings | None = None,
     critic: str | None = None,
     critic_model: str | None = None,
     reference: bool = False,
-    gradient_checkpointing: bool = False,
     lora: LoRASettings | None = None,
 ) -> PolicyNetworks:
     """Load the policy from ``model`` (hub id, folder, ``builtin:``); ``critic``: ``separate``
     (a value network from ``critic_model`` or ``model``), ``value_head`` (a head on the policy's
     hidden states) or None; ``reference``: a frozen copy of the starting policy, in
-    ``reference_dtype`` (None: ``dtype``; frozen, it may be 16-bit while the trained policy is
-    float32). Under ZeRO-3 (``strategy``) the pretrained weights load straight into the
-    partitions. ``lora`` (rank > 0): the policy gets adapters (its base frozen, loaded in 4 bits
-    with ``quantize``), and no separate reference is loaded (the base is the reference)."""
+    ``precision.reference_dtype`` (None: ``precision.dtype``; frozen, it may be 16-bit while the
+    trained policy is float32). Under ZeRO-3 (``strategy``) the pretrained weights load straight
+    into the partitions. ``lora`` (rank > 0): the policy gets adapters (its base frozen, loaded in
+    4 bits with ``quantize``), and no separate reference is loaded (the base is the reference)."""
     lora = lora or LoRASettings()
+    precision = precision or PrecisionSettings()
+    dtype = precision.dtype
     with transformers_zero3_context(strategy):
-        policy = _load_policy(model, dtype, lora, gradient_checkpointing)
+        policy = _load_policy(model, dtype, lora, precision.gradient_checkpointing)
         value: nn.Module | None = None
         if critic == "value_head":
             value = ValueHead(policy.config.hidden_size)
@@ -53,7 +53,7 @@ def build_policy_networks(
             value = CriticModel.from_pretrained(critic_model or model, dtype=dtype)
         elif critic is not None:
             raise ValueError(f"critic must be 'separate', 'value_head' or None, got {critic!r}")
-        ref_dtype = reference_dtype or dtype
+        ref_dtype = precision.reference_dtype or dtype
         separate = reference and not lora.enabled
         ref = freeze(load_causal_lm(model, dtype=ref_dtype)) if separate else None
     return PolicyNetworks(policy, value, ref)
@@ -67,4 +67,4 @@ def _load_policy(model: str, dtype: Dtype, lora: LoRASettings, gradient_checkpoi
         policy.gradient_checkpointing_enable()
         if lora.enabled:  # frozen embeddings: checkpointed blocks need inputs that want grads
             policy.enable_input_require_grads()
-    return lora.wrap(policy)
+    return lora_wrap(policy, lora)

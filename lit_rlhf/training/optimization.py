@@ -40,6 +40,7 @@ from lightning import LightningModule
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor
 
+from lit_rlhf.settings import OptimSettings
 from lit_rlhf.strategies import (
     deepspeed_grad_norm,
     is_deepspeed,
@@ -48,7 +49,7 @@ from lit_rlhf.strategies import (
 )
 from lit_rlhf.training.faults import LossWatch, NonFiniteSkips, deepspeed_step_skipped
 from lit_rlhf.training.gradients import Gradients
-from lit_rlhf.training.lr_schedule import LR_KEY, LRSchedule, LRScheduleSettings
+from lit_rlhf.training.lr_schedule import LR_KEY, LRSchedule
 from lit_rlhf.training.protocols import gradient_hooks, task_gradient_hook
 from lit_rlhf.training.task_backward import task_backward
 
@@ -68,9 +69,9 @@ class OptimizerStep:
         norm_key: the key under which the gradient norm (before clipping) is returned.
         max_consecutive_skips: steps with a non-finite loss or gradient are skipped; this many
             in a row stop the run with a FloatingPointError (1: stop at the first).
-        lr_schedule: the learning-rate schedule applied before every step (None: constant, each
-            group's own lr); its counters are in :meth:`state_dict`. The lr is returned as
-            ``train/lr``.
+        lr_schedule: the ``optim`` group whose lr schedule is applied before every step (None:
+            constant, each group's own lr); its counters are in :meth:`state_dict`. The lr is
+            returned as ``train/lr``.
         clip_grad_per_group: clip each param group's gradient norm to ``max_grad_norm`` on its
             own instead of the joint norm of all groups (verl's two optimizers, one per network);
             each group's norm before clipping is returned too, as ``<norm_key>/<group name>``
@@ -87,7 +88,7 @@ class OptimizerStep:
         max_grad_norm: float | None,
         norm_key: str = "train/grad_norm",
         max_consecutive_skips: int = 5,
-        lr_schedule: LRScheduleSettings | None = None,
+        lr_schedule: OptimSettings | None = None,
         clip_grad_per_group: bool = False,
         lr_idle_batches: int = 0,
     ) -> None:
@@ -96,10 +97,34 @@ class OptimizerStep:
                 f"max_grad_norm must be > 0 or None (no clipping), got {max_grad_norm}"
             )
         self.max_grad_norm = max_grad_norm
+        self.settings = OptimSettings(max_grad_norm=max_grad_norm)
         self.norm_key = norm_key
         self.skips = NonFiniteSkips(max_consecutive_skips)
         self.lr = LRSchedule(lr_schedule, idle_batches=lr_idle_batches)
         self.clip_grad_per_group = clip_grad_per_group
+
+    @classmethod
+    def from_settings(
+        cls, optim: OptimSettings, *, norm_key: str = "train/grad_norm", lr_idle_batches: int = 0
+    ) -> OptimizerStep:
+        """The step a module's ``optim`` group describes (clipping, skips, lr schedule)."""
+        step = cls(
+            max_grad_norm=optim.max_grad_norm,
+            norm_key=norm_key,
+            max_consecutive_skips=optim.max_consecutive_skips,
+            lr_schedule=optim,
+            clip_grad_per_group=optim.clip_per_network,
+            lr_idle_batches=lr_idle_batches,
+        )
+        step.settings = optim
+        return step
+
+    def adamw(self, params: Any) -> torch.optim.AdamW:
+        """AdamW over ``params`` (tensors, or param groups that may carry their own ``lr``) with
+        the ``optim`` group's lr and weight decay."""
+        return torch.optim.AdamW(
+            params, lr=self.settings.lr, weight_decay=self.settings.weight_decay
+        )
 
     def configure(self, strategy: Any) -> None:
         """Check the strategy (:meth:`check_strategy`) and hand the clipping norm to DeepSpeed
@@ -121,7 +146,8 @@ class OptimizerStep:
                 "Lightning's loss scaler unscales the gradients only inside optimizer.step(), "
                 "after the clip, so the clip would act on gradients multiplied by the loss scale "
                 "(and the logged norm would be the scaled one). Fix: trainer.precision: "
-                "bf16-mixed (no loss scaler) or 32-true, or model.init_args.max_grad_norm: null."
+                "bf16-mixed (no loss scaler) or 32-true, or model.init_args.optim.max_grad_norm: "
+                "null."
             )
         if not self.clip_grad_per_group:
             return
@@ -132,11 +158,11 @@ class OptimizerStep:
             why = "FSDP's gradients are shards, so a group's norm would be one rank's"
         if why is not None:
             raise ValueError(
-                f"per-network / per-group gradient clipping (clip_per_network) cannot run under "
-                f"{type(strategy).__name__} with precision "
+                "per-network / per-group gradient clipping (optim.clip_per_network) cannot run "
+                f"under {type(strategy).__name__} with precision "
                 f"{type(strategy.precision_plugin).__name__}: {why}. Fix: set "
-                "model.init_args.clip_per_network: false (the joint norm is clipped), or drop the "
-                "DeepSpeed / FSDP strategy."
+                "model.init_args.optim.clip_per_network: false (the joint norm is clipped), or "
+                "drop the DeepSpeed / FSDP strategy."
             )
 
     def __call__(

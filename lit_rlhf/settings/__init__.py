@@ -1,0 +1,76 @@
+"""Settings groups: one frozen, validated dataclass per concern, shared by every module that has
+the concern, taken as typed constructor arguments (``model.init_args.<group>.<field>`` in YAML).
+
+| group | class | modules |
+|---|---|---|
+| ``optim`` | :class:`OptimSettings` | all (AdamW, clipping, micro-batches, lr schedule) |
+| ``precision`` | :class:`PrecisionSettings` | all (dtypes, activation checkpointing) |
+| ``lora`` | :class:`LoRASettings` | PPO, GRM, DPO, compressor |
+| ``update`` | :class:`UpdateSettings` | PPO, GRM (epochs, mini-batches, token budgets) |
+| ``rollout`` | :class:`RolloutSettings` | PPO, GRM (G, staleness, DAPO's sampling and length) |
+| ``advantage`` | :class:`AdvantageSettings` | PPO, GRM (estimator and its constants) |
+| ``loss`` | :class:`PolicyLossSettings` | PPO, GRM (ratio clipping, aggregation) |
+| ``mismatch`` | :class:`MismatchSettings` | PPO, GRM (engine vs trainer log-probs) |
+| ``kl`` | :class:`KLSettings` | PPO, GRM (the KL to a frozen reference) |
+| ``critic`` | :class:`CriticSettings` | PPO (GAE's learned critic) |
+| ``env`` | :class:`EnvironmentSettings` | PPO (multi-turn episode limits) |
+| ``eval`` | :class:`EvalSettings` | PPO (pass@1, pass@k) |
+
+A group validates itself when it is built (before any model loads), with messages that name the
+dotted key; modules store each group in ``hparams`` as a plain dict (:func:`store_groups`), so
+checkpoints load with ``weights_only=True`` and through the CLI. Flat argument names from before
+the groups are refused from Python with the dotted name (:func:`refuse_flat_arguments`) and
+regrouped when an old checkpoint is read (:func:`regroup_flat`).
+
+This package sits just above ``algos`` (it imports nothing else of lit-rlhf), so every floor can
+read the groups.
+"""
+
+from lit_rlhf.settings.base import SettingsGroup, unknown_key_message
+from lit_rlhf.settings.env import EnvironmentSettings, EvalSettings
+from lit_rlhf.settings.flat import (
+    flat_map,
+    group_params,
+    is_flat,
+    refuse_flat_arguments,
+    regroup_flat,
+    store_groups,
+)
+from lit_rlhf.settings.lora import LoRASettings, Quantize
+from lit_rlhf.settings.optim import LRInterval, OptimSettings
+from lit_rlhf.settings.policy import (
+    AdvantageSettings,
+    CriticSettings,
+    KLSettings,
+    MismatchSettings,
+    PolicyLossSettings,
+    RolloutSettings,
+    UpdateSettings,
+)
+from lit_rlhf.settings.precision import Dtype, PrecisionSettings
+
+__all__ = [
+    "AdvantageSettings",
+    "CriticSettings",
+    "Dtype",
+    "EnvironmentSettings",
+    "EvalSettings",
+    "KLSettings",
+    "LRInterval",
+    "LoRASettings",
+    "MismatchSettings",
+    "OptimSettings",
+    "PolicyLossSettings",
+    "PrecisionSettings",
+    "Quantize",
+    "RolloutSettings",
+    "SettingsGroup",
+    "UpdateSettings",
+    "flat_map",
+    "group_params",
+    "is_flat",
+    "refuse_flat_arguments",
+    "regroup_flat",
+    "store_groups",
+    "unknown_key_message",
+]

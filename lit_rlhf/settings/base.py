@@ -1,0 +1,114 @@
+"""What every settings group shares: literal and range checks with dotted keys, construction
+from a plain dict (a config, a checkpoint's hparams) that refuses unknown keys, and the map from
+the flat argument names of lit-rlhf <= 0.x to the dotted paths (old checkpoints, Python callers).
+
+A group is a frozen dataclass that subclasses :class:`SettingsGroup` (a mixin without fields) and
+sets ``GROUP``, the constructor argument it is taken as (``model.init_args.<GROUP>.<field>``).
+Fields are documented in the class docstring's ``Args:`` section: LightningCLI shows those lines
+as ``--help`` and README's tables are generated from them (:func:`field_docs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+G = TypeVar("G", bound="SettingsGroup")
+Rule = tuple[str, bool, str]  # (field, ok, the range wanted)
+
+
+class SettingsGroup:
+    """Mixin for a frozen dataclass of one concern's settings."""
+
+    GROUP: ClassVar[str] = ""
+    # field -> its flat argument name before groups, where the two differ (migration, messages)
+    FLAT_NAMES: ClassVar[Mapping[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        self._check_literals()
+        self.refuse(self.rules())
+        self.check()
+
+    def rules(self) -> Sequence[Rule]:
+        """(field, ok, wanted) range rules; the first that fails is refused."""
+        return ()
+
+    def check(self) -> None:
+        """Checks across fields (a combination that would silently do nothing or the opposite)."""
+
+    def key(self, name: str) -> str:
+        """The field's full key as a config writes it."""
+        return f"model.init_args.{self.GROUP}.{name}"
+
+    def refuse(self, rules: Sequence[Rule]) -> None:
+        for name, ok, wanted in rules:
+            if not ok:
+                raise ValueError(
+                    f"{self.GROUP}.{name}={getattr(self, name)!r} must be {wanted}. Fix: set "
+                    f"{self.key(name)} in that range."
+                )
+
+    def _check_literals(self) -> None:
+        hints = get_type_hints(type(self))
+        for spec in dataclasses.fields(self):  # type: ignore[arg-type]
+            hint = hints[spec.name]
+            if get_origin(hint) is Literal and getattr(self, spec.name) not in get_args(hint):
+                allowed = list(get_args(hint))
+                raise ValueError(
+                    f"{self.GROUP}.{spec.name}={getattr(self, spec.name)!r} is not one of "
+                    f"{allowed}. Fix: set {self.key(spec.name)} to one of them."
+                )
+
+    @classmethod
+    def coerce(cls: type[G], value: G | Mapping[str, Any] | None, base: G | None = None) -> G:
+        """The group from an instance (itself), a plain dict (keys checked, merged onto
+        ``base``, a module's default for the group) or None (``base``, else the defaults)."""
+        base = base if base is not None else cls()
+        if value is None:
+            return base
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(
+                f"{cls.GROUP} must be a {cls.__name__} or a dict of its fields, got "
+                f"{type(value).__name__}. Fix: pass {cls.GROUP}={cls.__name__}(...) or a dict."
+            )
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        for key in value:
+            if key not in names:
+                raise ValueError(unknown_key_message(cls.GROUP, key, names))
+        return dataclasses.replace(base, **value)  # type: ignore[type-var]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (what hparams and checkpoints hold)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+def unknown_key_message(group: str, key: str, names: Sequence[str]) -> str:
+    """One line naming the unknown key, the closest field and the group's fields."""
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = f" Did you mean {group}.{close[0]}?" if close else ""
+    return (
+        f"Group '{group}' does not accept option '{key}'.{hint} Fix: use one of {', '.join(names)}."
+    )
+
+
+def flat_names(group: type[SettingsGroup]) -> dict[str, str]:
+    """{flat argument name before groups: field} of one group."""
+    fields = [f.name for f in dataclasses.fields(group)]  # type: ignore[arg-type]
+    return {group.FLAT_NAMES.get(name, name): name for name in fields}
+
+
+def positive(value: float) -> bool:
+    return 0 < value < math.inf
+
+
+def non_negative(value: float) -> bool:
+    return 0 <= value < math.inf
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
