@@ -47,6 +47,7 @@ jsonargparse's union report with its namespace dump.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any, Literal
 
@@ -55,7 +56,7 @@ from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT
 from lightning.pytorch.cli import LightningCLI
 
 import lit_rlhf.cli.checkpoints as ckpt
-from lit_rlhf.cli.errors import LitRLHFParser, root_cause
+from lit_rlhf.cli.errors import LitRLHFParser, refuse_abbreviations, root_cause
 from lit_rlhf.training.checkpoint_io import use_atomic_checkpoint_io
 from lit_rlhf.training.faults import CheckpointOnInterrupt
 from lit_rlhf.training.precision import resolve_precision
@@ -91,6 +92,12 @@ class LitRLHFCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data.tokenizer", "model.init_args.tokenizer", apply_on="instantiate")
 
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        argv = sys.argv[1:] if args is None else args
+        if isinstance(argv, list | tuple):
+            refuse_abbreviations(parser, [str(a) for a in argv], self.config)
+
     def after_instantiate_classes(self) -> None:
         use_atomic_checkpoint_io(self.trainer.strategy)
 
@@ -122,6 +129,7 @@ class LitRLHFCLI(LightningCLI):
         if not hparams:
             return
         class_path = self.config[subcommand].get("model.class_path")
+        hparams = ckpt.regroup_old(str(path), hparams, hparams.get("_class_path") or class_path)
         ckpt.check_module(str(path), hparams, class_path)
         # a checkpoint saved outside the CLI records no class: its settings are the config's
         # module's (check_module made sure they fit)

@@ -16,26 +16,68 @@ from __future__ import annotations
 import importlib
 import inspect
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from lit_rlhf.settings import flat_map, is_flat, regroup_flat
+
 # settings that decide the networks' shapes: a checkpoint must agree on them to be loaded into
 # the config's module (the modules check the weights themselves too, without naming the path)
+# (dotted keys: a settings group's field is "<group>.<field>"; a compressor setting is matched in
+# whichever group the compressor keeps it)
 NETWORK_SETTINGS = (
     "model",
-    "critic",
-    "critic_model",
+    "critic.kind",
+    "critic.model",
     "compressor",
     "decoder",
     "compressor_layers",
     "num_memory_tokens",
     "compression_rate",
     "context_tokens",
-    "lora_rank",
+    "lora.rank",
 )
+
+
+_COMPRESSOR_SHAPE = {"compressor_layers", "num_memory_tokens", "compression_rate", "context_tokens"}
+
+
+def network_setting(key: str) -> bool:
+    """Whether the dotted ``key`` decides a network's shape (:data:`NETWORK_SETTINGS`)."""
+    return key in NETWORK_SETTINGS or key.rpartition(".")[2] in _COMPRESSOR_SHAPE
+
+
+def flatten(settings: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: value}`` of module settings whose groups are dicts or namespaces."""
+    out: dict[str, Any] = {}
+    items = settings.items() if hasattr(settings, "items") else vars(settings).items()
+    for key, value in items:
+        if isinstance(value, dict) or type(value).__name__ == "Namespace":
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def regroup_old(path: str, hparams: dict[str, Any], class_path: str | None) -> dict[str, Any]:
+    """An old checkpoint's flat settings (before settings groups: ``lr``, ``clip_low``, ...)
+    moved into the module's groups, with a warning naming the moves; others as they are."""
+    cls = _module_class(class_path) if class_path else None
+    if cls is None or not is_flat(cls, hparams):
+        return hparams
+    moved = flat_map(cls)
+    names = sorted(f"{k} -> {moved[k]}" for k in hparams if k in moved)
+    warnings.warn(
+        f"--ckpt_path {path}: written before settings groups; its flat settings were moved "
+        f"into groups ({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}). Fix: none "
+        "needed; a checkpoint saved by this version holds the groups.",
+        stacklevel=2,
+    )
+    return regroup_flat(cls, hparams)
 
 
 def same_setting(a: Any, b: Any) -> bool:
@@ -151,12 +193,21 @@ def check_module(path: str, hparams: dict[str, Any], class_path: str | None) -> 
         )
 
 
-def _init_parameters(class_path: str) -> set[str] | None:
+def _module_class(class_path: str) -> type | None:
     module_name, _, attr = class_path.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module_name), attr)
-        params = inspect.signature(cls.__init__).parameters.values()
-    except (ImportError, AttributeError, TypeError, ValueError):
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def _init_parameters(class_path: str) -> set[str] | None:
+    cls = _module_class(class_path)
+    try:
+        params = inspect.signature(cls).parameters.values() if cls is not None else None
+    except (TypeError, ValueError):
+        return None
+    if params is None:
         return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
@@ -166,10 +217,11 @@ def _init_parameters(class_path: str) -> set[str] | None:
 def check_networks(path: str, saved: dict[str, Any], config: dict[str, Any]) -> None:
     """For an evaluation (the config's settings win): refuse a checkpoint whose networks are
     not the config's, naming each differing setting."""
+    saved, config = flatten(saved), flatten(config)
     differ = [
         f"{key}: checkpoint {saved[key]!r}, config {config.get(key)!r}"
-        for key in NETWORK_SETTINGS
-        if key in saved and key in config and not same_setting(saved[key], config[key])
+        for key in sorted(saved)
+        if network_setting(key) and key in config and not same_setting(saved[key], config[key])
     ]
     if differ:
         raise CheckpointError(

@@ -10,12 +10,18 @@ that class's own message.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import importlib
 import os
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
+
+from lit_rlhf.settings import group_params
 
 # jsonargparse's lines that describe its own search rather than the cause
 _NOISE = (
@@ -28,6 +34,7 @@ _KEY = re.compile(r'^Parser key "([^"]+)":?$')
 _KEY_AND_CAUSE = re.compile(r'^Parser key "([^"]+)": (.+)$')
 _CLASS = re.compile(r"^Problem with given class_path '([^']+)':$")
 _OPTION = re.compile(r"^Option '([^']+)' is not accepted")
+_GROUP_OPTION = re.compile(r"^Group '([^']+)' does not accept option '([^']+)'")
 _CONTAINER_MISMATCH = re.compile(r"^- Expected a <class '(list|dict|tuple)'>$")
 
 
@@ -109,6 +116,8 @@ def _locate(lines: list[str]) -> tuple[str | None, str | None, str]:
         cause = match.group(2)
     if match := _OPTION.match(cause):
         keys.append(match.group(1))
+    elif match := _GROUP_OPTION.match(cause):
+        keys.extend(match.groups())
     elif keys and keys[-1] == "init_args":
         keys.pop()  # the class itself is the problem (e.g. it does not exist)
         classes.pop()
@@ -124,24 +133,77 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
         where = "`--help` lists the settings"
     if _OPTION.match(cause):
         return f"remove {key} or correct its spelling ({where})."
+    if match := _GROUP_OPTION.match(cause):
+        close = _closest_field(class_path, *match.groups())
+        hint = f"; did you mean {close}?" if close else ""
+        return f"remove {key} or correct its spelling{hint} ({where})."
     if cause.startswith("Expected a"):
         return f"give {key} a value of the expected type ({where})."
     if "--lr_scheduler" in cause:
         return (
-            "leave them out and set the module's own schedule: model.init_args.lr_warmup_steps "
-            "or lr_warmup_ratio, lr_schedule (constant, linear, cosine), min_lr_ratio, "
-            "lr_interval (batch, optimizer_step) and lr_total_steps (Lightning never steps an "
-            "--lr_scheduler under manual optimisation)."
+            "leave them out and set the module's own schedule in model.init_args.optim: "
+            "lr_warmup_steps or lr_warmup_ratio, lr_schedule (constant, linear, cosine), "
+            "min_lr_ratio, lr_interval (batch, optimizer_step) and lr_total_steps (Lightning "
+            "never steps an --lr_scheduler under manual optimisation)."
         )
     if "--optimizer" in cause:
         return (
-            "leave them out: each module builds its own AdamW from model.init_args.lr, "
+            "leave them out: each module builds its own AdamW from model.init_args.optim.lr, "
             "weight_decay and max_grad_norm (an --optimizer would replace its param groups; "
-            "the lr schedule is model.init_args.lr_schedule and the other lr_* settings)."
+            "the lr schedule is model.init_args.optim.lr_schedule and the other lr_* fields)."
         )
     if cause.startswith("unrecognized arguments"):
         return f"remove them or correct their spelling ({where})."
     return f"correct this setting in the config or on the command line ({where})."
+
+
+def _closest_field(class_path: str | None, group: str, option: str) -> str | None:
+    """``group.field`` closest to a misspelt ``option`` of a module's settings group."""
+    if class_path is None:
+        return None
+    module, _, name = class_path.rpartition(".")
+    try:
+        fields = group_params(getattr(importlib.import_module(module), name)).get(group)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+    if fields is None:
+        return None
+    names = [f.name for f in dataclasses.fields(fields)]  # type: ignore[arg-type]
+    close = difflib.get_close_matches(option, names, n=1)
+    return f"{group}.{close[0]}" if close else None
+
+
+def refuse_abbreviations(parser: Any, argv: Sequence[str], config: Any) -> None:
+    """Refuse a command-line option that is an abbreviation of a setting (jsonargparse completes
+    ``--model.init_args.loss.clip_h`` to ``clip_high`` inside settings groups): every
+    ``--a.b.c`` given must be a key of the parsed config, or name no setting at all."""
+    subcommand = config.get("subcommand")
+    parsed = config.get(subcommand) if subcommand else config
+    if parsed is None:
+        return
+    keys = list(parsed.keys())
+    for token in argv:
+        if not token.startswith("--") or "." not in token:
+            continue
+        key = token[2:].split("=", 1)[0]
+        if key in parsed or key.endswith((".help", "+")):
+            continue
+        parent, _, last = key.rpartition(".")
+        full = [
+            k
+            for k in keys
+            if k.rpartition(".")[0] == parent and k.rpartition(".")[2].startswith(last)
+        ]
+        if len(full) == 1:
+            parser.error(
+                f"unrecognized arguments: --{key} (an abbreviation of --{full[0]}: abbreviations "
+                "are refused, so that a typo never sets another setting)"
+            )
+
+
+def _completes(key: str, parent: str, last: str) -> bool:
+    head, _, tail = key.rpartition(".")
+    return head == parent and tail.startswith(last)
 
 
 def root_cause(err: BaseException) -> BaseException:
