@@ -36,7 +36,7 @@ $(VLLM_STAMP):
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@
 
-# The peer benchmark (scripts/benchmark.py) runs lit-rlhf (HF-model decode loop and the vLLM
+# The peer benchmark (scripts/bench/peer_trl.py) runs lit-rlhf (HF-model decode loop and the vLLM
 # engine) and TRL side by side; TRL is installed here only, never as a dependency of the package.
 # Same vLLM constraints as venv-vllm.
 BENCH_VENV ?= .venv-bench
@@ -53,7 +53,7 @@ $(BENCH_STAMP):
 	touch $@
 
 benchmark: venv-bench
-	HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(BENCH_VENV)/bin/python scripts/benchmark.py
+	HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(BENCH_VENV)/bin/python -m scripts.bench peer_trl
 
 demo: venv
 	HF_HUB_OFFLINE=1 $(VENV)/bin/lit-rlhf fit --config configs/ppo/countdown_smollm2.yaml

@@ -10,9 +10,9 @@
 #   4. the preset dry runs on the GPU (tests/test_preset_dry_run.py with
 #      LIT_RLHF_DRY_RUN_DEVICE=gpu: every GPU preset, one step, with its own DeepSpeed fragment,
 #      bf16, tiny stand-in models and the offline samples; about 30 s on a CPU);
-#   5. the packed against the padded update step (scripts/bench_packing.py, mid-llama, budgets
+#   5. the packed against the padded update step (scripts/bench/packing.py, mid-llama, budgets
 #      1024 and 4096: on the GPU the attention kernel decides how the budget pays);
-#   6. on-policy against one-step-off training (scripts/bench_overlap.py, mid-llama, the vLLM
+#   6. on-policy against one-step-off training (scripts/bench/overlap.py, mid-llama, the vLLM
 #      engine where vLLM imports, else HF generate): steps per minute and the hidden share.
 # Installs nothing from the network: run it in a venv that already has the package (`pip install
 # -e .` from wheels carried over), or pass WHEELS=dir to install from local wheels only.
@@ -33,7 +33,7 @@ fi
 want 1 && { echo "## gpu tests"
   timeout 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/gpu || status=1; }
 want 2 && { echo "## PPO step benchmark (bf16, random Qwen2 0.5B-class)"
-  timeout 120 $PY scripts/gpu_benchmark.py --steps 3 || status=1; }
+  timeout 120 $PY -m scripts.bench gpu --steps 3 || status=1; }
 want 3 && echo "## DeepSpeed ZeRO-2 on one GPU (fast_dev_run)"
 if ! want 3; then
   :  # not asked for
@@ -49,12 +49,12 @@ want 4 && { echo "## preset dry runs on the GPU"
     tests/test_preset_dry_run.py::test_preset_dry_run || status=1; }
 want 5 && { echo "## packed vs padded update step (mid-llama)"
   for budget in 1024 4096; do
-    timeout 30 $PY scripts/bench_packing.py --repeats 2 --micro-batch-tokens $budget || status=1
+    timeout 30 $PY -m scripts.bench packing --repeats 2 --micro-batch-tokens $budget || status=1
   done; }
 if want 6; then
   echo "## on-policy vs one-step-off (mid-llama)"
   engine=hf && $PY -c "import vllm" 2>/dev/null && engine=vllm
-  timeout 120 $PY scripts/bench_overlap.py --sizes mid --engine $engine --steps 3 --warmup 2 \
+  timeout 120 $PY -m scripts.bench overlap --sizes mid --engine $engine --steps 3 --warmup 2 \
     --repeats 1 || status=1
 fi
 exit $status

@@ -2,7 +2,7 @@
 t + 1 is sampled in a worker thread from the weights before update t, while that update runs;
 the decoupled objective's importance weights pi_prox / mu are applied (checked against a
 gradient computed by hand); a kill-and-resume is exact. (vLLM: tests/rollout/test_vllm_stale.py;
-the overlap benchmark: scripts/bench_overlap.py.)"""
+the overlap benchmark: scripts/bench/overlap.py.)"""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""scripts/benchmark_grm.py runs on a CPU: its trainer precision fits the CPU (issue 21: bf16
+"""scripts/bench/grm.py runs on a CPU: its trainer precision fits the CPU (issue 21: bf16
 autocast on a CPU without native bf16 is several times slower than float32)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.helpers import load_script
+from scripts.bench import grm
 
 
 @pytest.mark.parametrize(
@@ -19,4 +19,4 @@ from tests.helpers import load_script
 )
 def test_precision_fits_the_cpu(monkeypatch, flags, asked, expected):
     monkeypatch.setattr("lit_rlhf.training.precision.cpu_flags", lambda: flags)
-    assert load_script("benchmark_grm").trainer_precision(asked) == expected
+    assert grm.trainer_precision(asked) == expected

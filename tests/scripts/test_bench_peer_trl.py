@@ -1,18 +1,14 @@
-"""scripts/benchmark.py's FLOP accounting and the lit-rlhf side of a run (TRL is not installed
-in the test venv; the benchmark's own venv runs the real comparison)."""
+"""scripts/bench/peer_trl.py's FLOP accounting and the lit-rlhf side of a run (TRL is not
+installed in the test venv; the benchmark's own venv runs the real comparison)."""
 
 from __future__ import annotations
 
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 
-from tests.helpers import load_script
-
-
-def _load() -> ModuleType:
-    return load_script("benchmark")
-
+from scripts.bench import peer_sides
+from scripts.bench import peer_trl as bench
 
 CONFIG = SimpleNamespace(
     hidden_size=8,
@@ -25,7 +21,6 @@ CONFIG = SimpleNamespace(
 
 
 def test_forward_flops_count_every_matmul():
-    bench = _load()
     # per layer: q 8x8, k and v 8x4 each, o 8x8, gate/up/down 3 x 8x16 = 64+64+64+384 = 576
     # weights; 2 FLOPs per weight per token; attention 4*h*context per layer; LM head 2*h*V
     flops = bench.forward_flops(CONFIG, tokens=3, context=5, lm_head_tokens=2)
@@ -33,17 +28,15 @@ def test_forward_flops_count_every_matmul():
 
 
 def test_step_flops_adds_the_reference_forward_only_with_kl():
-    bench = _load()
-    without = bench.step_flops(CONFIG, 4, 6, beta=0.0)
-    with_kl = bench.step_flops(CONFIG, 4, 6, beta=0.04)
-    b = bench.PROMPTS_PER_STEP * bench.SAMPLES
+    b = peer_sides.PROMPTS_PER_STEP * 4
+    without = bench.step_flops(CONFIG, 4, 6, beta=0.0, b=b)
+    with_kl = bench.step_flops(CONFIG, 4, 6, beta=0.04, b=b)
     assert with_kl - without == pytest.approx(bench.forward_flops(CONFIG, b * 10, 5, b * 6))
 
 
-def test_lit_rlhf_side_runs_and_times_every_step(monkeypatch, tmp_path):
-    bench = _load()
-    monkeypatch.setattr(bench, "PROMPTS", 16)
-    monkeypatch.setattr(bench, "NEW_TOKENS", 4)
-    result = bench.run_lit_rlhf("builtin:tiny-llama", 0.04, 2, "decode_eager")
+def test_lit_rlhf_side_runs_and_times_every_step():
+    work = SimpleNamespace(prompts=16, samples=4, new_tokens=4, micro_batch_tokens=None,
+                           max_staleness=0)  # fmt: skip
+    result = peer_sides.run_lit_rlhf(work, "builtin:tiny-llama", 0.04, 2, "decode_eager")
     assert len(result["times"]) == len(result["gen"]) == len(result["lengths"]) == 2
     assert all(0 < g < t for g, t in zip(result["gen"], result["times"], strict=True))
