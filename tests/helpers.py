@@ -47,7 +47,7 @@ class ConstantReward:
 
 
 def load_script(name: str) -> ModuleType:
-    """Import ``scripts/<name>.py`` (scripts are not a package)."""
+    """Import ``scripts/<name>.py`` (e.g. ``data/calculator_demos``) by path."""
     path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None

@@ -281,7 +281,7 @@ def test_train_loader_resumes_mid_epoch(sample_module: PromptDataModule) -> None
 
 def test_shipped_sample_is_the_generated_one_and_chunks(tiny_model_dir: str) -> None:
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
-    assert texts == load_script("make_text_sample").make_documents()  # the file as documented
+    assert texts == load_script("data/make_text_sample").make_documents()  # the file as documented
     assert 150 <= len(texts) <= 300
     assert all(60 <= len(text.split()) <= 200 for text in texts)
     tokenizer = load_tokenizer(tiny_model_dir)  # builtin:tiny-llama, as the tiny configs use

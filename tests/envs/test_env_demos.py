@@ -1,5 +1,5 @@
 """Demonstrations for the calculator example's warm start (lit_rlhf.envs.demos,
-scripts/calculator_demos.py): scripted episodes against the real environment, encoded for SFT
+scripts/data/calculator_demos.py): scripted episodes against the real environment, encoded for SFT
 as exactly the token stream the multi-turn RL loop builds for the same turns."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ ROW = {"numbers": [9, 4], "target": 5}
 
 
 def _demos_script():
-    return load_script("calculator_demos")
+    return load_script("data/calculator_demos")
 
 
 @pytest.mark.parametrize("numbers,target,expected", [

@@ -1,4 +1,4 @@
-"""scripts/seed_consistrm_memory.py: the starting judge's votes per training query become the
+"""scripts/data/seed_consistrm_memory.py: the starting judge's votes per training query become the
 memory seed ConsistencyAnswerReward reads (the ConsistRM authors: 8 votes per query)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ CONFIG = Path("configs/grm/consistrm_tiny.yaml")
 
 
 def test_memory_rows_keep_the_readable_votes_in_order():
-    script = load_script("seed_consistrm_memory")
+    script = load_script("data/seed_consistrm_memory")
     rows = script.memory_rows(
         ["a", "b", "a", "c"], [[1, None, -1, 1], [None, None], [-1, -1], [-1, 1, 1]]
     )
@@ -59,7 +59,7 @@ class ScriptedJudge:
 
 
 def test_the_seed_holds_each_training_query_s_votes_and_the_fragment_points_to_it(tmp_path):
-    script = load_script("seed_consistrm_memory")
+    script = load_script("data/seed_consistrm_memory")
     out, fragment = tmp_path / "seed.jsonl", tmp_path / "seed.yaml"
     argv = ["--config", str(CONFIG), "--out", str(out), "--fragment-out", str(fragment),
             "--samples", "4", "--num-examples", "3", "--batch-size", "2"]  # fmt: skip
@@ -84,7 +84,7 @@ def test_the_seed_holds_each_training_query_s_votes_and_the_fragment_points_to_i
 
 
 def test_the_tiny_judge_end_to_end_and_a_config_without_the_callback_is_refused(tmp_path):
-    script = load_script("seed_consistrm_memory")
+    script = load_script("data/seed_consistrm_memory")
     out = tmp_path / "seed.jsonl"
     argv = ["--config", str(CONFIG), "--out", str(out), "--samples", "2", "--num-examples", "2",
             "--max-new-tokens", "4"]  # fmt: skip

@@ -8,7 +8,7 @@ documents carry what the reconstruction probes look for (METHODS.md section 5): 
 unusual attribute pairs a model's prior would "correct" (a blue lemon), negations, who did what
 to whom, and the order of events.
 
-    python scripts/make_text_sample.py [--out PATH] [--docs 200] [--seed 0]
+    python scripts/data/make_text_sample.py [--out PATH] [--docs 200] [--seed 0]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "lit_rlhf" / "data" / "samples" / "text_sample.jsonl"
+OUT = Path(__file__).resolve().parents[2] / "lit_rlhf" / "data" / "samples" / "text_sample.jsonl"
 
 SYLLABLES = "ka lo mer tis van del ro shi na bel tor qui sa fen dor ri mal zo ul ve len kor ith pa"
 PROFESSIONS = "baker, weaver, astronomer, clockmaker, sailor, painter, miller, teacher, map maker"

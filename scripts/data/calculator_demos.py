@@ -1,7 +1,7 @@
 """Demonstrations for the calculator examples' supervised warm start: scripted episodes on
 tasks that the RL runs never see, as SFT chat rows.
 
-    python scripts/calculator_demos.py            # rewrites the four shipped files below
+    python scripts/data/calculator_demos.py            # rewrites the four shipped files below
 
 Two tasks, two arms each (``lit_rlhf/data/samples/``):
 
@@ -43,7 +43,7 @@ from lit_rlhf.envs.demos import (
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.training.multiturn import observation_role
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {
     "calculator": ROOT / "configs/ppo/countdown_calculator_smollm2.yaml",
     "notool": ROOT / "configs/ppo/countdown_notool_smollm2.yaml",

@@ -4,14 +4,15 @@ records) and, per hard pair, one correct analysis against one wrong one (reflect
 4 : 1, as JSONL that ``PreferencePairs(schema="pairs")`` reads.
 
     # CPU: the embedded SmolLM2 judge on generated copy pairs (verdict-only judgments)
-    python scripts/build_reflectrm_data.py --model builtin:smollm2-135m-instruct --synthetic 64 \\
+    python scripts/data/build_reflectrm_data.py --model builtin:smollm2-135m-instruct \\
+        --synthetic 64 \\
         --task-kind copy --template verdict-short-v1 --tags Result --no-chat-template \\
         --response-prefix " <Result>{subject} 1 is" \\
         --response-suffix " than {subject} 2</Result>" \\
         --max-new-tokens 1 --samples 8 --out runs/reflectrm/records.jsonl
     # GPU: the authors' setting (Qwen3-4B, N = 8, T = 1.0, up to 1024 generated tokens, the
     # no-think switch appended to every question) through vLLM
-    python scripts/build_reflectrm_data.py --model Qwen/Qwen3-4B --pairs nvidia/HelpSteer3 \\
+    python scripts/data/build_reflectrm_data.py --model Qwen/Qwen3-4B --pairs nvidia/HelpSteer3 \\
         --schema helpsteer3 --engine vllm --dtype bfloat16 --samples 8 --max-new-tokens 1024 \\
         --question-suffix " /no_think" --out runs/reflectrm/helpsteer3.jsonl
 
@@ -31,6 +32,9 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from judge_samples import sampled_texts
 
 
 def _source(opts: argparse.Namespace) -> Any:
@@ -81,20 +85,13 @@ def judge_items(opts: argparse.Namespace) -> tuple[list[dict[str, Any]], list[li
     engine, n = _engine(opts), opts.samples
     fmt = JudgeFormat(tuple(opts.tags), "Response", opts.response_prefix, opts.response_suffix)
     items, judgments = [], []
-    for batch in data.train_dataloader():
-        out = engine.generate(
-            model, batch["input_ids"].to(device).repeat_interleave(n, 0),
-            batch["attention_mask"].to(device).repeat_interleave(n, 0), data.tokenizer,
-            greedy=False, log_probs=False,
-        )  # fmt: skip
-        texts = data.tokenizer.batch_decode(out.response_ids, skip_special_tokens=True)
-        for b, row in enumerate(batch["row"]):
+    for batch, per_row in sampled_texts(data, model, engine, n):
+        for row, mine in zip(batch["row"], per_row, strict=True):
             items.append(
                 {"id": row["family_id"], "prompt": row["query"], "response_1": row["response_1"],
                  "response_2": row["response_2"], "label": row["label"],
                  "subset": row.get("subset") or ""}
             )  # fmt: skip
-            mine = texts[b * n : (b + 1) * n]
             judgments.append([Judgment(analysis_text(fmt.text(t)), fmt.verdict(t)) for t in mine])
     return items, judgments
 

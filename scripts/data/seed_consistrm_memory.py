@@ -9,14 +9,14 @@ chat template and its arguments, pre-fill), so the query ids are the ones traini
 judge, its output format and its sampling settings are the config's ``model`` section's.
 
     # GPU, the preset's judge through vLLM; then train with the fragment it writes
-    python scripts/seed_consistrm_memory.py --config configs/grm/consistrm_qwen3-8b.yaml \\
+    python scripts/data/seed_consistrm_memory.py --config configs/grm/consistrm_qwen3-8b.yaml \\
         --engine vllm --dtype bfloat16 --out runs/consistrm_qwen3-8b/initial_memory.jsonl \\
         --fragment-out runs/consistrm_qwen3-8b/initial_memory.yaml
     lit-rlhf fit --config configs/grm/consistrm_qwen3-8b.yaml \\
         --config configs/trainer/deepspeed_zero3.yaml \\
         --config runs/consistrm_qwen3-8b/initial_memory.yaml
     # CPU smoke run on the tiny config
-    python scripts/seed_consistrm_memory.py --config configs/grm/consistrm_tiny.yaml \\
+    python scripts/data/seed_consistrm_memory.py --config configs/grm/consistrm_tiny.yaml \\
         --samples 2 --out runs/consistrm_tiny/initial_memory.jsonl
 
 Decisions the authors' public code leaves open [inferred]: a vote that is malformed or
@@ -34,6 +34,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from judge_samples import sampled_texts
 
 ANSWER_REWARD = "lit_rlhf.callbacks.ConsistencyAnswerReward"
 
@@ -104,25 +107,14 @@ def sample_votes(
 ) -> tuple[list[str], list[list[int | None]], list[Any]]:
     """Per training prompt: its query id, ``samples`` sampled verdicts (None: unreadable) and
     its gold label (None when the row has none; reported, never written)."""
-    import torch
-
-    device = next(model.parameters()).device
     query_ids: list[str] = []
     votes: list[list[int | None]] = []
     gold: list[Any] = []
-    with torch.no_grad():
-        for batch in data.train_dataloader():
-            out = engine.generate(
-                model, batch["input_ids"].to(device).repeat_interleave(samples, 0),
-                batch["attention_mask"].to(device).repeat_interleave(samples, 0), data.tokenizer,
-                greedy=False, log_probs=False,
-            )  # fmt: skip
-            texts = data.tokenizer.batch_decode(out.response_ids, skip_special_tokens=True)
-            for b, row in enumerate(batch["row"]):
-                mine = texts[b * samples : (b + 1) * samples]
-                votes.append([fmt.verdict(t, row.get("subject")) for t in mine])
-                query_ids.append(str(batch["query_id"][b]))
-                gold.append(row.get("label"))
+    for batch, per_row in sampled_texts(data, model, engine, samples):
+        for b, (row, mine) in enumerate(zip(batch["row"], per_row, strict=True)):
+            votes.append([fmt.verdict(t, row.get("subject")) for t in mine])
+            query_ids.append(str(batch["query_id"][b]))
+            gold.append(row.get("label"))
     return query_ids, votes, gold
 
 
@@ -183,9 +175,7 @@ def run(opts: argparse.Namespace, engine: Any = None) -> dict[str, Any]:
     )
     rows = memory_rows(query_ids, votes)
     opts.out.parent.mkdir(parents=True, exist_ok=True)
-    with opts.out.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row) + "\n")
+    opts.out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     if fragment is not None:
         opts.fragment_out.parent.mkdir(parents=True, exist_ok=True)
         opts.fragment_out.write_text(yaml.safe_dump(fragment))
@@ -227,12 +217,9 @@ def main(argv: list[str] | None = None, engine: Any = None) -> int:
     L.seed_everything(opts.seed, verbose=False)
     stats = run(opts, engine)
     print(json.dumps(stats, indent=1))
-    if stats["readable_fraction"] == 0:
-        print(
-            "warning: no vote was readable, so every seed is empty (the memory starts empty, as "
-            "without a seed); check the judge's format settings and max_new_tokens",
-            file=sys.stderr,
-        )
+    empty = "warning: no vote was readable, so every seed is empty (the memory starts empty, as "
+    empty += "without a seed); check the judge's format settings and max_new_tokens\n"
+    sys.stderr.write(empty if stats["readable_fraction"] == 0 else "")
     return 0
 
 
