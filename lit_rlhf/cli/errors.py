@@ -21,8 +21,6 @@ from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
-from lit_rlhf.settings import group_params
-
 # jsonargparse's lines that describe its own search rather than the cause
 _NOISE = (
     "Does not validate against any of the Union subtypes",
@@ -34,7 +32,7 @@ _KEY = re.compile(r'^Parser key "([^"]+)":?$')
 _KEY_AND_CAUSE = re.compile(r'^Parser key "([^"]+)": (.+)$')
 _CLASS = re.compile(r"^Problem with given class_path '([^']+)':$")
 _OPTION = re.compile(r"^Option '([^']+)' is not accepted")
-_GROUP_OPTION = re.compile(r"^Group '([^']+)' does not accept option '([^']+)'")
+_GROUPS = "lit_rlhf.settings."
 _CONTAINER_MISMATCH = re.compile(r"^- Expected a <class '(list|dict|tuple)'>$")
 
 
@@ -109,15 +107,14 @@ def _locate(lines: list[str]) -> tuple[str | None, str | None, str]:
             keys.append(match.group(1))
         elif match := _CLASS.match(text):
             classes.append(match.group(1))
-            keys.append("init_args")
+            if not match.group(1).startswith(_GROUPS):  # a settings group has no init_args
+                keys.append("init_args")
     cause = lines[-1].strip().removeprefix("- ") if lines else "invalid arguments"
     if match := _KEY_AND_CAUSE.match(cause):  # e.g. 'Parser key "config": File does not exist'
         keys.append(match.group(1))
         cause = match.group(2)
     if match := _OPTION.match(cause):
         keys.append(match.group(1))
-    elif match := _GROUP_OPTION.match(cause):
-        keys.extend(match.groups())
     elif keys and keys[-1] == "init_args":
         keys.pop()  # the class itself is the problem (e.g. it does not exist)
         classes.pop()
@@ -131,12 +128,13 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
         where = f"the arguments of {class_path} are the settings"
     else:
         where = "`--help` lists the settings"
+    if (match := _OPTION.match(cause)) and class_path and class_path.startswith(_GROUPS):
+        group = key.rsplit(".", 2)[-2] if key else ""
+        close = _closest_in(class_path, match.group(1))
+        hint = f"; did you mean {group}.{close}?" if close else ""
+        return f"remove {key} or correct its spelling{hint} (docs/settings.md lists the fields)."
     if _OPTION.match(cause):
         return f"remove {key} or correct its spelling ({where})."
-    if match := _GROUP_OPTION.match(cause):
-        close = _closest_field(class_path, *match.groups())
-        hint = f"; did you mean {close}?" if close else ""
-        return f"remove {key} or correct its spelling{hint} ({where})."
     if cause.startswith("Expected a"):
         return f"give {key} a value of the expected type ({where})."
     if "--lr_scheduler" in cause:
@@ -157,20 +155,16 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
     return f"correct this setting in the config or on the command line ({where})."
 
 
-def _closest_field(class_path: str | None, group: str, option: str) -> str | None:
-    """``group.field`` closest to a misspelt ``option`` of a module's settings group."""
-    if class_path is None:
-        return None
-    module, _, name = class_path.rpartition(".")
+def _closest_in(group_path: str, option: str) -> str | None:
+    """The field of the settings group class at ``group_path`` closest to ``option``."""
+    module, _, name = group_path.rpartition(".")
     try:
-        fields = group_params(getattr(importlib.import_module(module), name)).get(group)
-    except (ImportError, AttributeError, TypeError, ValueError):
+        group = getattr(importlib.import_module(module), name)
+        names = [f.name for f in dataclasses.fields(group)]
+    except (ImportError, AttributeError, TypeError):
         return None
-    if fields is None:
-        return None
-    names = [f.name for f in dataclasses.fields(fields)]  # type: ignore[arg-type]
     close = difflib.get_close_matches(option, names, n=1)
-    return f"{group}.{close[0]}" if close else None
+    return close[0] if close else None
 
 
 def refuse_abbreviations(parser: Any, argv: Sequence[str], config: Any) -> None:
