@@ -59,14 +59,20 @@ demo: venv
 	HF_HUB_OFFLINE=1 $(VENV)/bin/lit-rlhf fit --config configs/ppo/countdown_smollm2.yaml
 
 # The default run, then the `distributed` group: DDP and DeepSpeed ZeRO-2/3 on 2 CPU processes
-# (about 3 min on 2 cores; deepspeed comes with the [dev] extra).
+# (deepspeed comes with the [dev] extra), then the `vllm` group in its own venv. Each group's
+# wall time goes to .test-times (printed at the end; .ci/run prints it again with the venv builds).
+# TIMED NAME CMD...: run CMD, append "NAME: <seconds> s (exit <code>)", keep CMD's exit code.
+TIMED = bash -c 'name=$$0; start=$$(date +%s); "$$@"; rc=$$?; echo "$$name group: $$(( $$(date +%s) - start )) s (exit $$rc)" >> .test-times; exit $$rc'
+
 test: venv
-	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q
-	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m distributed
+	@rm -f .test-times
+	$(TIMED) default env HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q
+	$(TIMED) distributed env HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m distributed
 	$(MAKE) test-vllm
+	@cat .test-times
 
 test-vllm: venv-vllm
-	HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -q -m vllm
+	$(TIMED) vllm env HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -q -m vllm
 
 test-slow: venv
 	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m slow
