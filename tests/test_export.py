@@ -115,7 +115,7 @@ def test_generative_judge_exports_its_policy(tmp_path: Path) -> None:
 
 def test_dpo_lora_merged_and_adapter_give_the_same_model(tmp_path: Path) -> None:
     peft = pytest.importorskip("peft")
-    lora = ["--model.init_args.lora_rank=4", "--model.init_args.export_dir=null"]
+    lora = ["--model.init_args.lora.rank=4", "--model.init_args.export_dir=null"]
     module, ckpt = train_and_save(DPO, tmp_path, *lora)
     merged = export(DPO, ckpt, tmp_path / "merged", *lora)  # --lora merged is the default
     loaded = assert_round_trip(module.model, module.tokenizer, merged)
@@ -211,9 +211,9 @@ def test_ppo_lora_exports_merged_and_as_adapter(tmp_path: Path) -> None:
     """PPO with LoRA adapters on its policy: the merged folder is the policy with the adapters
     applied, and the adapter folder on its base gives the same logits."""
     peft = pytest.importorskip("peft")
-    lora = ["--model.init_args.lora_rank=4"]
+    lora = ["--model.init_args.lora.rank=4"]
     module, ckpt = train_and_save(PPO, tmp_path, *lora)
-    assert hasattr(module.policy, "peft_config"), "lora_rank > 0 wraps the policy with peft"
+    assert hasattr(module.policy, "peft_config"), "lora.rank > 0 wraps the policy with peft"
     merged = assert_round_trip(
         module.policy, module.tokenizer, export(PPO, ckpt, tmp_path / "m", *lora)
     )

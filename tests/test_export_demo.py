@@ -17,7 +17,7 @@ DEMO = str(CONFIGS / "ppo" / "countdown_smollm2.yaml")
 ONE_STEP = [
     "--data.init_args.batch_size=2",
     "--data.init_args.train.init_args.num_examples=2",
-    "--model.init_args.samples_per_prompt=2",
+    "--model.init_args.rollout.samples_per_prompt=2",
 ]
 
 

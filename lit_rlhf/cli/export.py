@@ -223,14 +223,16 @@ def export_module(module: LightningModule, options: ExportOptions) -> Path:
             "export_network() returning (network, tokenizer)."
         )
     state, hparams = read_checkpoint(options.ckpt_path)
-    ckpt.check_module(options.ckpt_path, hparams, f"{type(module).__module__}.{name}")
+    class_path = f"{type(module).__module__}.{name}"
+    hparams = ckpt.regroup_old(str(options.ckpt_path), hparams, class_path)
+    ckpt.check_module(options.ckpt_path, hparams, class_path)
     module.configure_model()
     network, tokenizer = module.export_network()
     if options.lora == "adapter" and not is_lora(network):
         raise ExportError(
-            f"--lora adapter: {name}'s network has no LoRA adapters (lora_rank: "
-            f"{hparams.get('lora_rank', 0)}). Fix: --lora merged (the default) writes its "
-            "weights as they are."
+            f"--lora adapter: {name}'s network has no LoRA adapters (lora.rank: "
+            f"{ckpt.flatten(hparams).get('lora.rank', 0)}). Fix: --lora merged (the default) "
+            "writes its weights as they are."
         )
     where = load_network_weights(module, network, state, options.ckpt_path)
     if options.out.exists():  # checked: empty, or a previous export replaced by --overwrite
