@@ -12,8 +12,9 @@ folder that ``transformers`` loads back (``export_dir``), which
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -24,18 +25,28 @@ from torchmetrics.classification import BinaryAccuracy
 
 from lit_rlhf.data import pair_labels
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
-from lit_rlhf.models.loading import Dtype, load_reward_model, load_tokenizer
+from lit_rlhf.models.loading import load_reward_model, load_tokenizer
 from lit_rlhf.models.scoring import conversation_text, score_texts
+from lit_rlhf.settings import OptimSettings, PrecisionSettings, refuse_flat_arguments, store_groups
 from lit_rlhf.strategies import transformers_zero3_context
-from lit_rlhf.training import (
-    EpochEndLoaderReset,
-    GlobalRNGState,
-    LRScheduleSettings,
-    OptimizerStep,
-)
+from lit_rlhf.training import EpochEndLoaderReset, GlobalRNGState, OptimizerStep
 from lit_rlhf.training.export import export_pretrained
 from lit_rlhf.training.precision import check_trainable_precision
-from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
+
+
+def _check_settings(margin: float, max_length: int) -> None:
+    """Refuse, before any model loads, a module setting out of its range (the groups check
+    their own fields)."""
+    if not 0 <= margin < math.inf:
+        raise ValueError(
+            f"margin={margin!r} must be >= 0 and finite (0: plain Bradley-Terry). Fix: set "
+            "model.init_args.margin in that range."
+        )
+    if max_length < 2:
+        raise ValueError(
+            f"max_length={max_length} must be >= 2. Fix: set model.init_args.max_length in that "
+            "range."
+        )
 
 
 def chosen_and_rejected(rows: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int]]:
@@ -46,64 +57,49 @@ def chosen_and_rejected(rows: Sequence[Mapping[str, Any]]) -> tuple[list[int], l
     )
 
 
+_OPTIM = OptimSettings(lr=1e-5, micro_batch_size=8)  # RewardModelModule's defaults for the group
+
+
+@refuse_flat_arguments
 class RewardModelModule(LightningModule):
     """Args:
     model: the base: hub id, local folder, or ``builtin:<name>`` (a causal LM gets a new score
         head; a saved reward model continues).
     tokenizer: a tokenizer object; the CLI links the DataModule's.
-    lr, weight_decay, max_grad_norm: AdamW and clipping.
-    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
-        lr schedule (warmup, then constant / linear / cosine; see ``PPOModule``; one optimizer
-        step per batch here, so both intervals count the same).
+    optim: AdamW, clipping, pairs per forward/backward (``micro_batch_size``, gradient
+        accumulation within a batch; null: the whole batch; one optimizer step per batch) and
+        the lr schedule (:class:`~lit_rlhf.settings.OptimSettings`; lr 1e-5).
+    precision: the weights' dtype (:class:`~lit_rlhf.settings.PrecisionSettings`; no frozen
+        reference and no activation checkpointing here: ``reference_dtype`` and
+        ``gradient_checkpointing`` are refused).
     margin: subtracted from ``r_chosen - r_rejected`` inside the loss (0: plain Bradley-Terry).
-    micro_batch_size: pairs per forward/backward (gradient accumulation within a batch).
     max_length: tokens per sequence (longer ones are cut from the left, keeping the response).
     chat_template: render (query, response) with the tokenizer's chat template.
-    dtype: the model's weights; 16-bit only under DeepSpeed's bf16 optimizer (float32 master
-        weights), else float32 with ``trainer.precision: bf16-mixed`` (refused at setup, before
-        any load).
     export_dir: where the trained model and tokenizer are saved at the end of ``fit``
         (``save_pretrained``; None, or a ``fast_dev_run``: not saved); under DeepSpeed ZeRO-3
         the partitions are gathered first.
-    max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
-        (``fault/skipped_steps``, checkpointed); this many in a row stop the run.
     """
 
     def __init__(
         self,
         model: str = "builtin:tiny-llama",
         tokenizer: Any = None,
-        lr: float = 1e-5,
-        weight_decay: float = 0.0,
-        max_grad_norm: float | None = 1.0,
-        lr_warmup_steps: int = 0,
-        lr_warmup_ratio: float = 0.0,
-        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
-        min_lr_ratio: float = 0.0,
-        lr_interval: Literal["batch", "optimizer_step"] = "batch",
-        lr_total_steps: int | None = None,
+        optim: OptimSettings = _OPTIM,
+        precision: PrecisionSettings = PrecisionSettings(),
         margin: float = 0.0,
-        micro_batch_size: int = 8,
         max_length: int = 1024,
         chat_template: bool = True,
-        dtype: Dtype = "float32",
         export_dir: str | None = None,
-        max_consecutive_skips: int = 5,
     ) -> None:
         super().__init__()
+        self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
+        self.precision = PrecisionSettings.coerce(precision)
         self.save_hyperparameters(ignore=["tokenizer"])
-        refuse_out_of_range(module_setting_rules(self.hparams), self.hparams)
-        if micro_batch_size < 1 or max_length < 2:
-            raise ValueError(
-                f"need micro_batch_size >= 1 and max_length >= 2; got {micro_batch_size}, "
-                f"{max_length}"
-            )
+        store_groups(self.hparams, {"optim": self.optim, "precision": self.precision})
+        self.precision.refuse_unread("RewardModelModule", reference=False, checkpointing=False)
+        _check_settings(margin, max_length)
         self.automatic_optimization = False
-        self.step_optimizer = OptimizerStep(
-            max_grad_norm=max_grad_norm,
-            max_consecutive_skips=max_consecutive_skips,
-            lr_schedule=LRScheduleSettings.from_hparams(self.hparams),  # validates
-        )
+        self.step_optimizer = OptimizerStep.from_settings(self.optim)
         self.tokenizer = tokenizer
         self.model: Any = None
         self.val_accuracy, self.val_loss = BinaryAccuracy(), MeanMetric()
@@ -115,7 +111,7 @@ class RewardModelModule(LightningModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the strategy is known and no weights are loaded yet
-            check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
+            check_trainable_precision(self.trainer, {"precision.dtype": self.precision.dtype})
 
     def configure_model(self) -> None:
         strategy = self._trainer.strategy if self._trainer is not None else None
@@ -126,7 +122,7 @@ class RewardModelModule(LightningModule):
             self.tokenizer = load_tokenizer(self.hp.model)
         with transformers_zero3_context(strategy):  # ZeRO-3: load into the partitions
             self.model = load_reward_model(
-                self.hp.model, pad_token_id=self.tokenizer.pad_token_id, dtype=self.hp.dtype
+                self.hp.model, pad_token_id=self.tokenizer.pad_token_id, dtype=self.precision.dtype
             )
 
     def export_network(self) -> tuple[Any, Any]:
@@ -136,7 +132,7 @@ class RewardModelModule(LightningModule):
 
     def configure_optimizers(self) -> Any:
         params = [p for p in self.model.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+        return self.step_optimizer.adamw(params)
 
     # ----------------------------------------------------------------- scoring
     def score(self, queries: Sequence[str], responses: Sequence[str]) -> Tensor:
@@ -165,7 +161,7 @@ class RewardModelModule(LightningModule):
     # ---------------------------------------------------------------- training
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         rows = batch["row"]
-        size = self.hp.micro_batch_size
+        size = self.optim.micro_batch_size or len(rows)  # null: the whole batch at once
         micro = [rows[i : i + size] for i in range(0, len(rows), size)]
         gaps: list[Tensor] = []
         losses: list[Tensor] = []

@@ -17,7 +17,7 @@ Under DDP each rank divides by its own count and the gradients are averaged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from lightning import Callback, LightningModule
@@ -27,17 +27,16 @@ from torchmetrics import MeanMetric
 from lit_rlhf.data.sft import IGNORE  # the label of an untrained token (torch's ignore_index)
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.likelihood import response_token_nll  # per-token NLL of the labelled tokens
-from lit_rlhf.models.loading import Dtype, load_tokenizer
+from lit_rlhf.models.loading import load_tokenizer
+from lit_rlhf.settings import OptimSettings, PrecisionSettings, refuse_flat_arguments, store_groups
 from lit_rlhf.training import (
     EpochEndLoaderReset,
     GlobalRNGState,
-    LRScheduleSettings,
     OptimizerStep,
     build_policy_networks,
     check_trainable_precision,
     export_pretrained,
 )
-from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 
 
 def micro_batches(batch: Mapping[str, Tensor], size: int | None) -> list[dict[str, Tensor]]:
@@ -53,61 +52,41 @@ def micro_batches(batch: Mapping[str, Tensor], size: int | None) -> list[dict[st
     return chunks
 
 
+_OPTIM = OptimSettings(lr=1e-5, micro_batch_size=None)  # SFTModule's defaults for the group
+
+
+@refuse_flat_arguments
 class SFTModule(LightningModule):
     """Args:
     model: the causal LM to fine-tune: hub id, local folder, or ``builtin:<name>``.
     tokenizer: a tokenizer object; the CLI links the DataModule's (it is also the one
         exported).
-    dtype: the model's weights; 16-bit only under DeepSpeed's bf16 optimizer (float32 master
-        weights), else float32 with ``trainer.precision: bf16-mixed`` (refused at setup, before
-        any load).
-    lr, weight_decay, max_grad_norm: AdamW and clipping (None: no clipping).
-    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
-        lr schedule (warmup, then constant / linear / cosine; see ``PPOModule``; one optimizer
-        step per batch here, so both intervals count the same).
-    micro_batch_size: rows per forward/backward (gradient accumulation within one batch, one
-        optimizer step per batch); None: the whole batch at once.
-    gradient_checkpointing: trade compute for activation memory.
+    optim: AdamW, clipping, micro-batches (null: the whole batch at once; one optimizer step
+        per batch) and the lr schedule (:class:`~lit_rlhf.settings.OptimSettings`; lr 1e-5).
+    precision: the weights' dtype and activation checkpointing
+        (:class:`~lit_rlhf.settings.PrecisionSettings`; no frozen reference here, so
+        ``reference_dtype`` is refused).
     export_dir: where the trained model and tokenizer are saved at the end of ``fit``
         (``save_pretrained``; None, or a ``fast_dev_run``: not saved), loadable as ``model:``
         by every module; under DeepSpeed ZeRO-3 the partitions are gathered first.
-    max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
-        (``fault/skipped_steps``, checkpointed); this many in a row stop the run.
     """
 
     def __init__(
         self,
         model: str = "builtin:tiny-llama",
         tokenizer: Any = None,
-        dtype: Dtype = "float32",
-        lr: float = 1e-5,
-        weight_decay: float = 0.0,
-        max_grad_norm: float | None = 1.0,
-        lr_warmup_steps: int = 0,
-        lr_warmup_ratio: float = 0.0,
-        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
-        min_lr_ratio: float = 0.0,
-        lr_interval: Literal["batch", "optimizer_step"] = "batch",
-        lr_total_steps: int | None = None,
-        micro_batch_size: int | None = None,
-        gradient_checkpointing: bool = False,
+        optim: OptimSettings = _OPTIM,
+        precision: PrecisionSettings = PrecisionSettings(),
         export_dir: str | None = None,
-        max_consecutive_skips: int = 5,
     ) -> None:
         super().__init__()
+        self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
+        self.precision = PrecisionSettings.coerce(precision)
         self.save_hyperparameters(ignore=["tokenizer"])
-        refuse_out_of_range(module_setting_rules(self.hparams), self.hparams)
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(
-                f"micro_batch_size={micro_batch_size} must be >= 1, or null for the whole batch. "
-                "Fix: set model.init_args.micro_batch_size in that range."
-            )
+        store_groups(self.hparams, {"optim": self.optim, "precision": self.precision})
+        self.precision.refuse_unread("SFTModule", reference=False, checkpointing=True)
         self.automatic_optimization = False
-        self.step_optimizer = OptimizerStep(
-            max_grad_norm=max_grad_norm,
-            max_consecutive_skips=max_consecutive_skips,
-            lr_schedule=LRScheduleSettings.from_hparams(self.hparams),  # validates
-        )
+        self.step_optimizer = OptimizerStep.from_settings(self.optim)
         self.tokenizer = tokenizer
         self.model: Any = None
         self.val_loss, self.val_accuracy = MeanMetric(), MeanMetric()
@@ -118,7 +97,7 @@ class SFTModule(LightningModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the strategy is known and no weights are loaded yet
-            check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
+            check_trainable_precision(self.trainer, {"precision.dtype": self.precision.dtype})
 
     def configure_model(self) -> None:
         strategy = self._trainer.strategy if self._trainer is not None else None
@@ -130,8 +109,7 @@ class SFTModule(LightningModule):
         self.model = build_policy_networks(  # ZeRO-3: loaded into the partitions
             self.hp.model,
             strategy=strategy,
-            dtype=self.hp.dtype,
-            gradient_checkpointing=self.hp.gradient_checkpointing,
+            precision=self.precision,
         ).policy
 
     def export_network(self) -> tuple[Any, Any]:
@@ -140,7 +118,7 @@ class SFTModule(LightningModule):
 
     def configure_optimizers(self) -> Any:
         params = [p for p in self.model.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+        return self.step_optimizer.adamw(params)
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
@@ -154,7 +132,7 @@ class SFTModule(LightningModule):
             hits.append(hit.sum())
             return nll.sum() / tokens  # the micro-batches add up to the batch's token mean
 
-        micro = micro_batches(batch, self.hp.micro_batch_size)
+        micro = micro_batches(batch, self.optim.micro_batch_size)
         stats = self.step_optimizer(self, self.optimizers(), micro, loss_fn)
         loss = torch.stack(sums).sum() / tokens
         logged: dict[str, Tensor | float] = {

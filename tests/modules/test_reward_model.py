@@ -34,12 +34,18 @@ def test_pairs_map_labels_to_chosen_and_refuse_unlabelled() -> None:
 
 
 def test_settings_are_refused_at_construction() -> None:
-    with pytest.raises(ValueError, match=r"lr=-1e-05 must be > 0 and finite"):
-        RewardModelModule(lr=-1e-5)
-    with pytest.raises(ValueError, match=r"margin=-1.0 must be >= 0"):
+    with pytest.raises(ValueError, match=r"optim\.lr=-1e-05 must be > 0 and finite"):
+        RewardModelModule(optim={"lr": -1e-5})
+    with pytest.raises(ValueError, match=r"margin=-1.0 must be >= 0.*model\.init_args\.margin"):
         RewardModelModule(margin=-1.0)
-    with pytest.raises(ValueError, match="micro_batch_size >= 1"):
-        RewardModelModule(micro_batch_size=0)
+    with pytest.raises(ValueError, match=r"optim\.micro_batch_size=0 must be an integer >= 1"):
+        RewardModelModule(optim={"micro_batch_size": 0})
+    with pytest.raises(ValueError, match=r"max_length=1 must be >= 2"):
+        RewardModelModule(max_length=1)
+    with pytest.raises(ValueError, match=r"precision\.gradient_checkpointing: RewardModelModule"):
+        RewardModelModule(precision={"gradient_checkpointing": True})
+    with pytest.raises(TypeError, match=r"now optim\.micro_batch_size"):
+        RewardModelModule(micro_batch_size=4)  # type: ignore[call-arg]
 
 
 def test_conversation_text_without_a_chat_template() -> None:
@@ -69,7 +75,9 @@ def test_a_tiny_reward_model_learns_a_preference_and_exports(tmp_path: Path) -> 
     )
     export = tmp_path / "hf"
     torch.manual_seed(0)  # the new score head: independent of what earlier tests drew
-    module = RewardModelModule(lr=1e-3, micro_batch_size=4, max_length=64, export_dir=str(export))
+    module = RewardModelModule(
+        optim={"lr": 1e-3, "micro_batch_size": 4}, max_length=64, export_dir=str(export)
+    )
 
     def validate() -> float:
         return quiet_trainer(tmp_path).validate(module, datamodule=data, verbose=False)[0][

@@ -20,6 +20,7 @@ from lit_rlhf.data import SFTDataModule
 from lit_rlhf.data.sft import IGNORE
 from lit_rlhf.modules import SFTModule
 from lit_rlhf.modules.sft import micro_batches, response_token_nll
+from lit_rlhf.settings import PrecisionSettings
 from tests.helpers import quiet_trainer
 
 REPO = Path(__file__).parents[2]
@@ -46,7 +47,8 @@ def _batch(data: SFTDataModule) -> dict[str, torch.Tensor]:
 
 def _module(data: SFTDataModule, **kwargs: Any) -> SFTModule:
     torch.manual_seed(0)
-    module = SFTModule(tokenizer=data.tokenizer, **{"lr": 1e-3, **kwargs})
+    optim = {"lr": 1e-3, **kwargs.pop("optim", {})}
+    module = SFTModule(tokenizer=data.tokenizer, optim=optim, **kwargs)
     module.configure_model()
     return module
 
@@ -80,7 +82,7 @@ def test_the_loss_is_the_token_mean_nll_of_the_response_tokens(tmp_path: Path) -
 
 def test_a_few_steps_memorise_a_small_set(tmp_path: Path) -> None:
     data = _data(tmp_path)
-    batch, module = _batch(data), _module(data, lr=3e-3, micro_batch_size=2)
+    batch, module = _batch(data), _module(data, optim={"lr": 3e-3, "micro_batch_size": 2})
 
     def loss() -> float:
         with torch.no_grad():
@@ -134,20 +136,23 @@ def test_export_dir_reloads_with_identical_logits(tmp_path: Path) -> None:
 
 def test_fast_dev_run_exports_nothing_and_checkpointing_trains(tmp_path: Path) -> None:
     data = _data(tmp_path)
-    module = _module(data, export_dir=str(tmp_path / "hf"), gradient_checkpointing=True)
+    module = _module(
+        data, export_dir=str(tmp_path / "hf"), precision={"gradient_checkpointing": True}
+    )
     quiet_trainer(tmp_path, fast_dev_run=True).fit(module, datamodule=data)
     assert not (tmp_path / "hf").exists()
     assert module.model.is_gradient_checkpointing and module.trainer.global_step == 1
 
 
 def test_resume_restores_weights_optimizer_and_lr_schedule(tmp_path: Path) -> None:
-    schedule = {"lr_warmup_steps": 1, "lr_schedule": "linear", "min_lr_ratio": 0.5}
+    schedule = {"lr_warmup_steps": 1, "lr_schedule": "linear", "min_lr_ratio": 0.5,
+                "micro_batch_size": 1}  # fmt: skip
 
     def fit(root: Path, ckpt: str | None = None) -> SFTModule:
         data = _data(tmp_path, batch_size=1)  # four batches per epoch, shuffled each epoch
         data.shuffle = True
         L.seed_everything(0)
-        module = _module(data, micro_batch_size=1, **schedule)
+        module = _module(data, optim=schedule)
         every = ModelCheckpoint(dirpath=root, filename="{step}", every_n_train_steps=3,
                                 save_top_k=-1)  # fmt: skip
         L.Trainer(accelerator="cpu", max_steps=6, logger=False, default_root_dir=root,
@@ -172,11 +177,15 @@ def test_resume_restores_weights_optimizer_and_lr_schedule(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"lr": 0.0}, r"lr=0.0 must be > 0 and finite"),
-        ({"weight_decay": -0.1}, r"weight_decay=-0.1 must be >= 0"),
-        ({"micro_batch_size": 0}, "micro_batch_size=0 must be >= 1"),
-        ({"max_grad_norm": 0.0}, "max_grad_norm must be > 0"),
-        ({"min_lr_ratio": 0.1}, "min_lr_ratio=0.1 .* would do nothing"),
+        ({"optim": {"lr": 0.0}}, r"optim\.lr=0.0 must be > 0 and finite"),
+        ({"optim": {"weight_decay": -0.1}}, r"optim\.weight_decay=-0.1 must be >= 0"),
+        ({"optim": {"micro_batch_size": 0}}, r"optim\.micro_batch_size=0 must be an integer >= 1"),
+        ({"optim": {"max_grad_norm": 0.0}}, r"optim\.max_grad_norm=0.0 must be > 0"),
+        ({"optim": {"min_lr_ratio": 0.1}}, r"optim\.min_lr_ratio=0.1 .* would do nothing"),
+        (
+            {"precision": {"reference_dtype": "bfloat16"}},
+            r"precision\.reference_dtype='bfloat16': SFTModule has no frozen reference",
+        ),
     ],
 )
 def test_bad_settings_are_refused_before_any_model_loads(settings: dict, message: str) -> None:
@@ -184,10 +193,15 @@ def test_bad_settings_are_refused_before_any_model_loads(settings: dict, message
         SFTModule(model="no/such-model", **settings)
 
 
+def test_a_flat_argument_names_its_group() -> None:
+    with pytest.raises(TypeError, match=r"SFTModule\(lr=\.\.\.\).* now optim\.lr"):
+        SFTModule(lr=1e-3)  # type: ignore[call-arg]
+
+
 def test_16_bit_weights_without_master_weights_are_refused_at_setup(tmp_path: Path) -> None:
     data = _data(tmp_path)
-    module = SFTModule(tokenizer=data.tokenizer, dtype="bfloat16")
-    with pytest.raises(ValueError, match=r"model\.init_args\.dtype: bfloat16"):
+    module = SFTModule(tokenizer=data.tokenizer, precision=PrecisionSettings(dtype="bfloat16"))
+    with pytest.raises(ValueError, match=r"model\.init_args\.precision\.dtype: bfloat16"):
         quiet_trainer(tmp_path).fit(module, datamodule=data)
     assert module.model is None  # refused before the load
 
