@@ -49,7 +49,9 @@ def refuse_flat_arguments(cls: C) -> C:
             raise TypeError(
                 f"{cls.__name__}({flat}=...) is a flat argument of lit-rlhf before settings "
                 f"groups; it is now {dotted}. Fix: pass {group}={group_class_name(cls, group)}"
-                f"({field}=...) (or a dict); in YAML: {group}: {{{field}: ...}}."
+                f"({field}=...) (or a dict); in YAML: {group}: {{{field}: ...}}; a checkpoint "
+                "written before the groups: load it through the lit-rlhf CLI (it regroups "
+                "them), or pass its hparams through lit_rlhf.settings.regroup_flat."
             )
         init(self, *args, **kwargs)
 
