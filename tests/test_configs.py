@@ -38,7 +38,8 @@ def _needs_ifeval(path: Path) -> bool:
 
 def _needs_lora(path: Path) -> bool:
     model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
-    return (model.get("init_args") or {}).get("lora_rank", 0) > 0
+    lora = (model.get("init_args") or {}).get("lora") or {}
+    return lora.get("rank", 0) > 0
 
 
 def test_configs_found():

@@ -1,7 +1,7 @@
 """Offline preference optimisation of a causal LM on labelled pairs, with no generation and no
 reward model: sigmoid DPO (Rafailov et al. 2023, arXiv 2305.18290), IPO (Azar et al. 2023,
 arXiv 2310.12036) and the reference-free SimPO (Meng et al. 2024, arXiv 2405.14734), chosen by
-one ``loss`` switch; the losses are the pure functions of :mod:`lit_rlhf.algos.preference`.
+one ``loss.kind`` switch; the losses are the pure functions of :mod:`lit_rlhf.algos.preference`.
 
 It reads the same pair rows as :class:`~lit_rlhf.modules.RewardModelModule` (``query``,
 ``response_1``, ``response_2``, ``label``: -1 = response 1 better, +1 = response 2 better) from
@@ -12,20 +12,19 @@ the response's tokens and EOS), and ``log pi(y | x)`` is the sum of the log-prob
 response tokens, EOS included. IPO and SimPO use it averaged over the response's tokens.
 
 The reference is the starting model, frozen (``reference_model``; default ``model``, in
-``reference_dtype``); under LoRA it is the same network with its adapters switched off, so no
-second copy is loaded; SimPO loads none. The DPO paper's reference is the SFT model: pass the
-SFT-trained model as ``model`` (the default reference follows it).
+``precision.reference_dtype``); under LoRA it is the same network with its adapters switched
+off, so no second copy is loaded; SimPO loads none. The DPO paper's reference is the SFT
+model: pass the SFT-trained model as ``model`` (the default reference follows it).
 
 One optimizer step per batch through the shared :class:`~lit_rlhf.training.OptimizerStep`:
-micro-batches of ``micro_batch_size`` pairs, each adding its summed pair losses over the
+micro-batches of ``optim.micro_batch_size`` pairs, each adding its summed pair losses over the
 batch's pair count, so the accumulated gradient is that of the batch mean.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, NamedTuple, cast, get_args
+from typing import Any, NamedTuple, cast
 
 import torch
 from lightning import Callback, LightningModule
@@ -38,14 +37,21 @@ from lit_rlhf.data.sft import LongPromptError, SFTEncoder, collate_sft
 from lit_rlhf.models import load_causal_lm
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.likelihood import response_log_probs
-from lit_rlhf.models.loading import Dtype, load_tokenizer
-from lit_rlhf.models.lora import is_lora, lora_wrap, merged_copy
+from lit_rlhf.models.loading import load_tokenizer
+from lit_rlhf.models.lora import is_lora, merged_copy
+from lit_rlhf.settings import (
+    LoRASettings,
+    OptimSettings,
+    PrecisionSettings,
+    PreferenceLossSettings,
+    refuse_flat_arguments,
+    store_groups,
+)
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import (
     EpochEndLoaderReset,
     FrozenModules,
     GlobalRNGState,
-    LRScheduleSettings,
     OptimizerStep,
     build_policy_networks,
     check_trainable_precision,
@@ -53,9 +59,7 @@ from lit_rlhf.training import (
     freeze,
 )
 from lit_rlhf.training.frozen import drop_frozen_weights, restore_frozen_weights
-from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
 
-PreferenceLoss = Literal["sigmoid", "ipo", "simpo"]
 PAIR_STATS = (
     "loss",
     "reward_accuracy",
@@ -102,77 +106,57 @@ def pair_stats(losses: Tensor, rewards: PreferenceRewards, policy: PairLogps) ->
     return dict(zip(PAIR_STATS, values, strict=True))
 
 
+_OPTIM = OptimSettings(lr=1e-6, micro_batch_size=8)  # DPOModule's defaults for the group
+
+
+@refuse_flat_arguments
 class DPOModule(LightningModule):
     """Args:
     model: the causal LM to train (hub id, local folder, ``builtin:<name>``), ideally after SFT.
     tokenizer: a tokenizer object; the CLI links the DataModule's.
-    loss: ``sigmoid`` (DPO, with ``label_smoothing``: cDPO), ``ipo``, or ``simpo``
-        (reference-free, length-normalised, with the margin ``simpo_gamma``).
-    beta: DPO's KL strength / IPO's tau / SimPO's reward scale (> 0). Papers: DPO 0.1 (0.5 for
-        TL;DR summarisation; its appendix B), SimPO about 2 to 10.
-    label_smoothing: cDPO's label-flip probability, in [0, 0.5), for ``loss: sigmoid`` only.
-    simpo_gamma: SimPO's target reward margin (>= 0); read by ``loss: simpo`` only.
+    loss: the preference loss (sigmoid DPO / cDPO, IPO, reference-free SimPO) and its constants
+        ``beta``, ``label_smoothing``, ``simpo_gamma``
+        (:class:`~lit_rlhf.settings.PreferenceLossSettings`).
     reference_model: the frozen reference (None: ``model``; under LoRA: ``model`` with the
-        adapters off). Refused with ``loss: simpo``, which has none.
-    dtype: the trained weights; 16-bit only under DeepSpeed's bf16 optimizer (float32 master
-        weights), else float32 with ``trainer.precision: bf16-mixed`` (refused at setup).
-    reference_dtype: the frozen reference's dtype (None: ``dtype``); it may be 16-bit.
-    lr, weight_decay, max_grad_norm: AdamW and clipping (None: no clipping).
-    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
-        lr schedule (warmup, then constant / linear / cosine; see ``PPOModule``; one optimizer
-        step per batch here, so both intervals count the same).
-    micro_batch_size: pairs per forward/backward (gradient accumulation within a batch).
+        adapters off). Refused with ``loss.kind: simpo``, which has none.
+    optim: AdamW, clipping, pairs per forward/backward (``micro_batch_size``; null: the whole
+        batch; one optimizer step per batch) and the lr schedule
+        (:class:`~lit_rlhf.settings.OptimSettings`; lr 1e-6).
+    precision: the trained weights' dtype, the frozen reference's ``reference_dtype`` (it may
+        be 16-bit) and activation checkpointing (:class:`~lit_rlhf.settings.PrecisionSettings`).
+    lora: LoRA adapters, the base frozen and serving as the reference
+        (:class:`~lit_rlhf.settings.LoRASettings`; ``quantize`` is refused here).
     max_length: tokens per (query, response) sequence; a longer one loses its tail.
     chat_template: render the query with the tokenizer's chat template (when it has one).
-    lora_rank, lora_alpha, lora_target_modules, lora_dropout: 0 = train every weight; > 0 =
-        peft LoRA adapters (the ``[lora]`` extra) on ``lora_target_modules``, the base frozen
-        and serving as the reference.
     export_dir: where the trained model and tokenizer are saved at the end of ``fit``
         (``save_pretrained``; None, or a ``fast_dev_run``: not saved); LoRA adapters are merged
         into a copy first.
-    max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
-        (``fault/skipped_steps``, checkpointed); this many in a row stop the run.
     """
 
     def __init__(
         self,
         model: str = "builtin:tiny-llama",
         tokenizer: Any = None,
-        loss: PreferenceLoss = "sigmoid",
-        beta: float = 0.1,
-        label_smoothing: float = 0.0,
-        simpo_gamma: float = 0.5,
+        loss: PreferenceLossSettings = PreferenceLossSettings(),  # noqa: B008 (frozen)
         reference_model: str | None = None,
-        dtype: Dtype = "float32",
-        reference_dtype: Dtype | None = None,
-        lr: float = 1e-6,
-        weight_decay: float = 0.0,
-        max_grad_norm: float | None = 1.0,
-        lr_warmup_steps: int = 0,
-        lr_warmup_ratio: float = 0.0,
-        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
-        min_lr_ratio: float = 0.0,
-        lr_interval: Literal["batch", "optimizer_step"] = "batch",
-        lr_total_steps: int | None = None,
-        micro_batch_size: int = 8,
+        optim: OptimSettings = _OPTIM,
+        precision: PrecisionSettings = PrecisionSettings(),
+        lora: LoRASettings = LoRASettings(),
         max_length: int = 1024,
         chat_template: bool = True,
-        lora_rank: int = 0,
-        lora_alpha: int = 16,
-        lora_target_modules: str | list[str] = "all-linear",
-        lora_dropout: float = 0.0,
         export_dir: str | None = None,
-        max_consecutive_skips: int = 5,
     ) -> None:
         super().__init__()
+        self.loss = PreferenceLossSettings.coerce(loss)  # an instance, or a dict (hparams)
+        self.optim = OptimSettings.coerce(optim, _OPTIM)
+        self.precision = PrecisionSettings.coerce(precision)
+        self.lora = LoRASettings.coerce(lora)
         self.save_hyperparameters(ignore=["tokenizer"])
-        check_dpo_settings(self.hparams)
+        groups = {"loss": self.loss, "optim": self.optim, "precision": self.precision}
+        store_groups(self.hparams, {**groups, "lora": self.lora})
+        check_dpo_settings(self, reference_model, max_length)
         self.automatic_optimization = False
-        self.step_optimizer = OptimizerStep(
-            max_grad_norm=max_grad_norm,
-            max_consecutive_skips=max_consecutive_skips,
-            lr_schedule=LRScheduleSettings.from_hparams(self.hparams),  # validates
-        )
+        self.step_optimizer = OptimizerStep.from_settings(self.optim)
         self.tokenizer = tokenizer
         self.encoder: SFTEncoder | None = None
         self.model: Any = None
@@ -189,12 +173,12 @@ class DPOModule(LightningModule):
     def setup(self, stage: str) -> None:
         if stage != "fit":  # the strategy is known and no weights are loaded yet
             return
-        check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
+        check_trainable_precision(self.trainer, {"precision.dtype": self.precision.dtype})
         strategy = self.trainer.strategy
         zero3 = is_deepspeed(strategy) and getattr(strategy, "zero_stage_3", False)
-        if zero3 and self.hp.lora_rank > 0 and self.hp.export_dir is not None:
+        if zero3 and self.lora.enabled and self.hp.export_dir is not None:
             raise ValueError(
-                "export_dir with lora_rank > 0 under DeepSpeed ZeRO-3: the adapters are merged "
+                "export_dir with lora.rank > 0 under DeepSpeed ZeRO-3: the adapters are merged "
                 "into a copy of the base weights, which ZeRO-3 holds in partitions. Fix: ZeRO-2, "
                 "or export_dir: null (the checkpoint keeps the adapters)."
             )
@@ -209,34 +193,28 @@ class DPOModule(LightningModule):
         self.encoder = SFTEncoder(
             self.tokenizer, max_length=self.hp.max_length, chat_template=self.hp.chat_template
         )
-        hp = self.hp
-        separate = hp.loss != "simpo" and (hp.lora_rank == 0 or hp.reference_model is not None)
-        networks = build_policy_networks(  # ZeRO-3: loaded into the partitions
-            hp.model,
+        reference_model = self.hp.reference_model
+        networks = build_policy_networks(  # ZeRO-3: loaded into the partitions; LoRA: wrapped
+            self.hp.model,
             strategy=strategy,
-            dtype=hp.dtype,
-            reference_dtype=hp.reference_dtype,
-            reference=separate and hp.reference_model is None,
+            precision=self.precision,
+            reference=not self.loss.reference_free and reference_model is None,
+            lora=self.lora,
         )
-        self.model = lora_wrap(
-            networks.policy, hp.lora_rank, hp.lora_alpha, hp.lora_target_modules,
-            dropout=hp.lora_dropout,
-        )  # fmt: skip
-        self.ref_model = networks.ref_policy
-        if separate and hp.reference_model is not None:
-            with transformers_zero3_context(strategy):
-                self.ref_model = freeze(
-                    load_causal_lm(hp.reference_model, dtype=hp.reference_dtype or hp.dtype)
-                )
+        self.model, self.ref_model = networks.policy, networks.ref_policy
+        if not self.loss.reference_free and reference_model is not None:
+            with transformers_zero3_context(strategy):  # a separate reference, LoRA or not
+                dtype = self.precision.reference_dtype or self.precision.dtype
+                self.ref_model = freeze(load_causal_lm(reference_model, dtype=dtype))
 
     def export_network(self) -> tuple[Any, Any]:
         """What ``lit-rlhf export`` writes: the trained model (a peft model with
-        ``lora_rank > 0``; the reference is not exported) and the tokenizer."""
+        ``lora.rank > 0``; the reference is not exported) and the tokenizer."""
         return self.model, self.tokenizer
 
     def configure_optimizers(self) -> Any:
         params = [p for p in self.model.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+        return self.step_optimizer.adamw(params)
 
     # --------------------------------------------------------------- the loss
     def encode_pairs(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
@@ -269,7 +247,7 @@ class DPOModule(LightningModule):
     @torch.no_grad()
     def reference_log_probs(self, batch: Mapping[str, Tensor]) -> PairLogps | None:
         """The frozen reference's :class:`PairLogps` (None for SimPO, which has none)."""
-        if self.hp.loss == "simpo":
+        if self.loss.reference_free:
             return None
         if self.ref_model is not None:
             return PairLogps.split(*response_log_probs(self.ref_model, batch))
@@ -279,16 +257,15 @@ class DPOModule(LightningModule):
     def preference_loss(
         self, policy: PairLogps, reference: PairLogps | None
     ) -> tuple[Tensor, PreferenceRewards]:
-        """Per-pair losses ``[b]`` and implicit rewards of the configured ``loss``."""
-        hp = self.hp
-        if hp.loss == "simpo":
-            return simpo_loss(*policy.averaged(), beta=hp.beta, gamma=hp.simpo_gamma)
-        assert reference is not None
-        if hp.loss == "ipo":  # token-averaged log-probs (ipo_loss's docstring says why)
-            return ipo_loss(*policy.averaged(), *reference.averaged(), beta=hp.beta)
+        """Per-pair losses ``[b]`` and implicit rewards of the configured ``loss.kind``."""
+        loss = self.loss
+        if reference is None:  # SimPO: reference-free
+            return simpo_loss(*policy.averaged(), beta=loss.beta, gamma=loss.simpo_gamma)
+        if loss.kind == "ipo":  # token-averaged log-probs (ipo_loss's docstring says why)
+            return ipo_loss(*policy.averaged(), *reference.averaged(), beta=loss.beta)
         return dpo_loss(
             policy.chosen, policy.rejected, reference.chosen, reference.rejected,
-            beta=hp.beta, label_smoothing=hp.label_smoothing,
+            beta=loss.beta, label_smoothing=loss.label_smoothing,
         )  # fmt: skip
 
     def pair_losses(self, rows: Sequence[Mapping[str, Any]]) -> tuple[Tensor, dict[str, Tensor]]:
@@ -300,7 +277,7 @@ class DPOModule(LightningModule):
         return losses, pair_stats(losses, rewards, policy)
 
     def micro_batches(self, rows: Sequence[Mapping[str, Any]]) -> list[Sequence[Any]]:
-        size = self.hp.micro_batch_size
+        size = self.optim.micro_batch_size or len(rows)  # null: the whole batch at once
         return [rows[i : i + size] for i in range(0, len(rows), size)]
 
     # ---------------------------------------------------------------- training
@@ -360,40 +337,32 @@ class DPOModule(LightningModule):
                               self.hp.export_dir)  # fmt: skip
 
 
-_NETWORK_SETTINGS = ("model", "reference_model", "lora_rank", "lora_target_modules")
+_NETWORK_SETTINGS = ("model", "reference_model", "lora")
 
 
-def check_dpo_settings(hp: Mapping[str, Any]) -> None:
-    """Refuse, before any model loads, a setting out of its range or one that would silently
-    change nothing; each message names the setting and the fix."""
-    if hp["loss"] not in get_args(PreferenceLoss):
+def check_dpo_settings(module: DPOModule, reference_model: str | None, max_length: int) -> None:
+    """Refuse, before any model loads, a setting across groups that would silently change
+    nothing, or one of the module's own out of range (each group checks its own fields)."""
+    precision, lora = module.precision, module.lora
+    precision.refuse_unread("DPOModule", reference=True, checkpointing=True)
+    lora.check_reference_dtype(precision.reference_dtype, separate=reference_model is not None)
+    if lora.quantize is not None:
         raise ValueError(
-            f"loss={hp['loss']!r} is not one of {list(get_args(PreferenceLoss))}. Fix: set "
-            "model.init_args.loss to one of them."
+            f"lora.quantize={lora.quantize!r}: DPOModule does not read it (its base loads in "
+            "precision.dtype), so it would do nothing. Fix: leave model.init_args.lora.quantize "
+            "null (QLoRA: PPOModule, GenerativeRewardModule)."
         )
-    rules = [
-        ("beta", 0 < hp["beta"] < math.inf,
-         "> 0 and finite (DPO: 0.1 to 0.5; SimPO: about 2 to 10)"),
-        ("label_smoothing", 0 <= hp["label_smoothing"] < 0.5,
-         "in [0, 0.5) (cDPO's label-flip probability; 0.5 would ignore the labels)"),
-        ("simpo_gamma", 0 <= hp["simpo_gamma"] < math.inf,
-         ">= 0 and finite (SimPO's target reward margin)"),
-        ("micro_batch_size", hp["micro_batch_size"] >= 1, ">= 1"),
-        ("max_length", hp["max_length"] >= 2, ">= 2 (a query token and a response token)"),
-    ]  # fmt: skip
-    refuse_out_of_range([*module_setting_rules(hp), *rules], hp)
-    _check_combinations(hp)
-
-
-def _check_combinations(hp: Mapping[str, Any]) -> None:
-    if hp["label_smoothing"] > 0 and hp["loss"] != "sigmoid":
+    reference = {"reference_model": reference_model, "precision.reference_dtype":
+                 precision.reference_dtype}  # fmt: skip
+    given = [k for k, v in reference.items() if v is not None]
+    if given and module.loss.reference_free:
         raise ValueError(
-            f"label_smoothing={hp['label_smoothing']} is cDPO's, a setting of loss: sigmoid; "
-            f"loss={hp['loss']!r} would ignore it. Fix: label_smoothing: 0, or loss: sigmoid."
+            f"loss.kind='simpo' is reference-free: no reference model is loaded, so {given} "
+            "would change nothing. Fix: remove them, or set model.init_args.loss.kind to sigmoid "
+            "or ipo."
         )
-    reference = [k for k in ("reference_model", "reference_dtype") if hp[k] is not None]
-    if reference and hp["loss"] == "simpo":
+    if max_length < 2:
         raise ValueError(
-            f"loss='simpo' is reference-free: no reference model is loaded, so {reference} "
-            "would change nothing. Fix: remove them, or use loss: sigmoid / ipo."
+            f"max_length={max_length} must be >= 2 (a query token and a response token). Fix: "
+            "set model.init_args.max_length in that range."
         )

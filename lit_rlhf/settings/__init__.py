@@ -15,6 +15,7 @@ the concern, taken as typed constructor arguments (``model.init_args.<group>.<fi
 | ``critic`` | :class:`CriticSettings` | PPO (GAE's learned critic) |
 | ``env`` | :class:`EnvironmentSettings` | PPO (multi-turn episode limits) |
 | ``eval`` | :class:`EvalSettings` | PPO (pass@1, pass@k) |
+| ``loss`` | :class:`PreferenceLossSettings` | DPO (sigmoid / IPO / SimPO and their constants) |
 
 A group validates itself when it is built (before any model loads), with messages that name the
 dotted key; modules store each group in ``hparams`` as a plain dict (:func:`store_groups`), so
@@ -48,6 +49,7 @@ from lit_rlhf.settings.policy import (
     UpdateSettings,
 )
 from lit_rlhf.settings.precision import Dtype, PrecisionSettings
+from lit_rlhf.settings.preference import PreferenceLoss, PreferenceLossSettings
 
 __all__ = [
     "AdvantageSettings",
@@ -62,6 +64,8 @@ __all__ = [
     "OptimSettings",
     "PolicyLossSettings",
     "PrecisionSettings",
+    "PreferenceLoss",
+    "PreferenceLossSettings",
     "Quantize",
     "RolloutSettings",
     "SettingsGroup",

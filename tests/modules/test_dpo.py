@@ -38,7 +38,8 @@ ROWS = [
 
 
 def _module(**kwargs: Any) -> DPOModule:
-    module = DPOModule(model=TINY, tokenizer=load_tokenizer(TINY), **{"lr": 1e-3, **kwargs})
+    optim = {"lr": 1e-3, **kwargs.pop("optim", {})}
+    module = DPOModule(model=TINY, tokenizer=load_tokenizer(TINY), optim=optim, **kwargs)
     module.configure_model()
     return module
 
@@ -106,7 +107,7 @@ def test_a_few_steps_raise_reward_accuracy_and_margin_and_the_reference_stays_fr
     data = _data(tmp_path)
     rows = _train_rows(data)
     assert {row["label"] for row in rows} == {-1, 1}  # both placements of the chosen response
-    module = _module(micro_batch_size=4, export_dir=str(tmp_path / "hf"))
+    module = _module(optim={"micro_batch_size": 4}, export_dir=str(tmp_path / "hf"))
     reference = {k: v.clone() for k, v in module.ref_model.state_dict().items()}
     start = {k: v.clone() for k, v in module.model.state_dict().items()}
     before = _stats(module, rows)
@@ -136,7 +137,7 @@ def test_validation_logs_the_pair_metrics_and_checkpoints_leave_the_reference_ou
     tmp_path: Path,
 ) -> None:
     data = _data(tmp_path, n=8, validate_on_train=True)
-    module = _module(micro_batch_size=3)
+    module = _module(optim={"micro_batch_size": 3})
     trainer = quiet_trainer(tmp_path, max_steps=1, num_sanity_val_steps=0)
     trainer.fit(module, datamodule=data)
     metrics = trainer.validate(module, datamodule=data, verbose=False)[0]
@@ -167,7 +168,7 @@ def test_simpo_loads_no_reference_and_learns(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     loads = _counting_loads(monkeypatch)
-    module = _module(loss="simpo", beta=2.0, simpo_gamma=0.5)
+    module = _module(loss={"kind": "simpo", "beta": 2.0, "simpo_gamma": 0.5})
     assert loads == [TINY] and module.ref_model is None
     before = _stats(module, ROWS)
     _step(module, ROWS, tmp_path, steps=6)
@@ -183,7 +184,9 @@ def test_lora_uses_the_base_with_adapters_off_as_the_reference(
 ) -> None:
     pytest.importorskip("peft")
     loads = _counting_loads(monkeypatch)
-    module = _module(lora_rank=4, lora_alpha=8, lr=1e-2, export_dir=str(tmp_path / "hf"))
+    module = _module(
+        lora={"rank": 4, "alpha": 8}, optim={"lr": 1e-2}, export_dir=str(tmp_path / "hf")
+    )
     assert loads == [TINY] and module.ref_model is None
     base = {k: v.clone() for k, v in module.model.state_dict().items() if "lora_" not in k}
     before = _stats(module, ROWS)
@@ -214,7 +217,7 @@ def test_a_lora_checkpoint_holds_the_adapters_only(tmp_path: Path) -> None:
     """Under LoRA the base is rebuilt from ``model`` on every start: the checkpoint keeps the
     adapters, and strict loading puts the base back."""
     pytest.importorskip("peft")
-    module = _module(lora_rank=4, lora_alpha=8, lr=1e-2)
+    module = _module(lora={"rank": 4, "alpha": 8}, optim={"lr": 1e-2})
     trainer = quiet_trainer(tmp_path, max_steps=2)
     trainer.fit(module, train_dataloaders=DataLoader([{"row": ROWS}] * 2, batch_size=None))
     path = tmp_path / "lora.ckpt"
@@ -251,8 +254,8 @@ def test_micro_batches_accumulate_to_one_pass(loss: str, tmp_path: Path) -> None
     grads = []
     for size in (4, 1, 3):  # one pass; four of one pair; 3 + 1
         torch.manual_seed(0)
-        module = _module(loss=loss, micro_batch_size=size, max_grad_norm=None,
-                         label_smoothing=0.1 if loss == "sigmoid" else 0.0)  # fmt: skip
+        module = _module(loss={"kind": loss, "label_smoothing": 0.1 if loss == "sigmoid" else 0.0},
+                         optim={"micro_batch_size": size, "max_grad_norm": None})  # fmt: skip
         module.model.eval()  # no dropout: the passes are comparable
         recorder = GradientRecorder()
         _step(module, ROWS, tmp_path, steps=1, callbacks=[recorder])
@@ -266,26 +269,47 @@ def test_micro_batches_accumulate_to_one_pass(loss: str, tmp_path: Path) -> None
 def test_the_cli_switches_the_loss_by_a_flag(tmp_path: Path) -> None:
     args = ["--config", str(REPO / "configs" / "dpo" / "tiny.yaml"), "--trainer.logger=false",
             f"--trainer.default_root_dir={tmp_path}"]  # fmt: skip
-    cli = cli_main([*args, "--model.init_args.loss=ipo"], run=False)  # run=False: no subcommand
-    assert isinstance(cli.model, DPOModule) and cli.model.hparams.loss == "ipo"
+    cli = cli_main([*args, "--model.init_args.loss.kind=ipo"], run=False)  # run=False: no fit
+    assert isinstance(cli.model, DPOModule) and cli.model.loss.kind == "ipo"
+    assert cli.model.hparams.loss == {"kind": "ipo", "beta": 0.1, "label_smoothing": 0.0,
+                                      "simpo_gamma": 0.5}  # fmt: skip
     assert cli.model.tokenizer is cli.datamodule.tokenizer  # the CLI's link
-    with pytest.raises(SystemExit):  # the Literal: refused while parsing
-        cli_main([*args, "--model.init_args.loss=kto"], run=False)
+    with pytest.raises(ValueError, match=r"loss\.kind='kto' is not one of"):  # the Literal
+        cli_main([*args, "--model.init_args.loss.kind=kto"], run=False)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"beta": -0.1}, r"beta=-0.1 must be > 0 and finite"),
-        ({"beta": float("nan")}, r"beta=nan must be > 0"),
-        ({"label_smoothing": 0.5}, r"label_smoothing=0.5 must be in \[0, 0.5\)"),
-        ({"loss": "kto"}, r"loss='kto' is not one of \['sigmoid', 'ipo', 'simpo'\]"),
-        ({"simpo_gamma": -1.0}, r"simpo_gamma=-1.0 must be >= 0"),
-        ({"lr": -1e-6}, r"lr=-1e-06 must be > 0"),
-        ({"micro_batch_size": 0}, r"micro_batch_size=0 must be >= 1"),
-        ({"loss": "ipo", "label_smoothing": 0.1}, r"cDPO's.*loss='ipo' would ignore it"),
-        ({"loss": "simpo", "reference_model": TINY}, r"reference-free.*\['reference_model'\]"),
-        ({"lora_rank": 4, "reference_dtype": "bfloat16"}, r"reference_dtype would change nothing"),
+        ({"loss": {"beta": -0.1}}, r"loss\.beta=-0.1 must be > 0 and finite"),
+        ({"loss": {"beta": float("nan")}}, r"loss\.beta=nan must be > 0"),
+        ({"loss": {"label_smoothing": 0.5}}, r"loss\.label_smoothing=0.5 must be in \[0, 0.5\)"),
+        (
+            {"loss": {"kind": "kto"}},
+            r"loss\.kind='kto' is not one of \['sigmoid', 'ipo', 'simpo'\]",
+        ),
+        ({"loss": {"simpo_gamma": -1.0}}, r"loss\.simpo_gamma=-1.0 must be >= 0"),
+        ({"loss": {"simpo_gamma": 1.0}}, r"loss\.simpo_gamma=1.0: loss\.kind='sigmoid' does not"),
+        ({"optim": {"lr": -1e-6}}, r"optim\.lr=-1e-06 must be > 0"),
+        ({"optim": {"micro_batch_size": 0}}, r"optim\.micro_batch_size=0 must be an integer >= 1"),
+        (
+            {"loss": {"kind": "ipo", "label_smoothing": 0.1}},
+            r"cDPO's.*loss\.kind='ipo' would ignore it",
+        ),
+        (
+            {"loss": {"kind": "simpo"}, "reference_model": TINY},
+            r"reference-free.*\['reference_model'\]",
+        ),
+        (
+            {"loss": {"kind": "simpo"}, "precision": {"reference_dtype": "bfloat16"}},
+            r"reference-free.*\['precision\.reference_dtype'\]",
+        ),
+        (
+            {"lora": {"rank": 4}, "precision": {"reference_dtype": "bfloat16"}},
+            r"precision\.reference_dtype='bfloat16' with lora\.rank > 0.*would change nothing",
+        ),
+        ({"lora": {"rank": 4, "quantize": "4bit"}}, r"lora\.quantize='4bit': DPOModule does not"),
+        ({"max_length": 1}, r"max_length=1 must be >= 2.*model\.init_args\.max_length"),
     ],
 )
 def test_bad_settings_are_refused_at_construction(
@@ -295,6 +319,13 @@ def test_bad_settings_are_refused_at_construction(
     with pytest.raises(ValueError, match=message):
         DPOModule(model="no/such-model", **kwargs)
     assert loads == []
+
+
+def test_a_flat_argument_names_its_group() -> None:
+    with pytest.raises(TypeError, match=r"DPOModule\(beta=\.\.\.\).* now loss\.beta"):
+        DPOModule(beta=0.5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"now lora\.rank.*lora: \{rank: \.\.\.\}"):
+        DPOModule(lora_rank=4)  # type: ignore[call-arg]
 
 
 def test_ties_and_unlabelled_rows_are_refused() -> None:
