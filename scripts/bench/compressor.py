@@ -1,17 +1,10 @@
-"""Lightning's overhead on the compressor's training step: ``CompressorDecoderModule`` fitted by
-``L.Trainer`` against a bare PyTorch loop doing the same forward / backward / clip / AdamW step on
-the same batches, in one process. Target (issue): Lightning within 10 % (ratio <= 1.10).
+"""Lightning's overhead on the compressor's training step: ``CompressorDecoderModule`` under
+``L.Trainer`` against a bare PyTorch loop on the same batches (target: ratio <= 1.10; exit 1 when
+the two arms' losses differ by more than ``--tolerance``).
 
     python -m scripts.bench compressor [--rounds 7 --steps 50 --warmup 5] [--threads 1]
 
-Workload: configs/compressor/tiny.yaml's model (rate 8, lm_weight 0.5, lr 1e-3, max_grad_norm 1)
-on the offline text sample, float32, CPU. The batches are collected once (data loading is outside
-both timings); Lightning's step is ``on_train_batch_start`` -> ``on_train_batch_end``, the bare
-step micro-batch slicing -> ``optimizer.step()``. Each arm builds its module from the same seed
-and takes ``--steps`` steps, the first ``--warmup`` dropped; rounds alternate the order. Ratio =
-the median over rounds of (Lightning's median step / the bare median step). One thread (default)
-is the least noisy on a shared machine. Same work: the loss trajectories of both arms agree to
-``--tolerance`` at every step (exit 1 otherwise).
+Workload, timing and figures: docs/compressor.md, "Lightning's overhead".
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from scripts.bench.runner import SAMPLES, Report, StepTimer, fit, order, ratio
+from scripts.bench.runner import SAMPLES, Report, StepTimer, fit, int_args, order, ratio
 
 Run = tuple[list[float], list[float]]  # per-step seconds, per-step loss
 SMOKE = {"rounds": 1, "steps": 3, "warmup": 1}
@@ -38,10 +31,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(threads=1)
     parser.add_argument("--compressor", default="builtin:tiny-llama")
     parser.add_argument("--decoder", default="builtin:tiny-llama")
-    ints = {"--context-tokens": 32, "--batch-size": 8, "--micro-batch-size": 8, "--steps": 50,
-            "--warmup": 5, "--rounds": 7, "--seed": 0}  # fmt: skip
-    for flag, value in ints.items():
-        parser.add_argument(flag, type=int, default=value)
+    int_args(parser, context_tokens=32, batch_size=8, micro_batch_size=8, steps=50, warmup=5,
+             rounds=7, seed=0)  # fmt: skip
     parser.add_argument("--target", type=float, default=1.10)
     parser.add_argument("--tolerance", type=float, default=1e-5)
 

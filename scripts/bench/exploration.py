@@ -1,17 +1,10 @@
-"""Cost of the exploration terms, measured side by side in one run.
-
-1. PPO step time on the tiny CPU setting (configs/ppo/countdown_tre_tiny.yaml's model and task, or
-   the same task with ``--model``) with no bonus, the global entropy bonus, TRE-K and TRE-P:
-   methods interleaved over rounds, median per-step wall time after warm-up, ratio to vanilla
-   (the median over rounds of the per-round ratios).
-2. Peak memory (and time) of one entropy forward + backward on bf16 logits of shape
-   (4, 2048, 151936) (Qwen2.5's padded vocabulary): full-vocabulary entropy unchunked vs chunked,
-   TRE-K and TRE-P, and plain autograd through an fp32 softmax for reference. Each variant runs
-   in a fresh process under an address-space cap; memory is that process's peak RSS above the
-   logits.
+"""Cost of the exploration terms (no bonus, entropy bonus, TRE-K, TRE-P): PPO step time, and the
+peak memory of one entropy forward + backward, each variant in a fresh capped process.
 
     python -m scripts.bench exploration [--model builtin:small-llama] [--rounds 8 --steps 10]
         [--shape 4 2048 151936] [--skip-steps | --skip-memory]
+
+Workload, method and figures: docs/benchmarks.md, "Exploration cost".
 """
 
 from __future__ import annotations
@@ -22,7 +15,16 @@ import statistics
 import time
 from typing import Any
 
-from scripts.bench.runner import ChildFailed, Report, StepTimer, fit, peak_rss_mib, ratio, spawn
+from scripts.bench.runner import (
+    ChildFailed,
+    Report,
+    StepTimer,
+    fit,
+    int_args,
+    peak_rss_mib,
+    ratio,
+    spawn,
+)
 
 METHODS: dict[str, tuple[str, dict[str, Any]] | None] = {
     "vanilla": None,
@@ -37,8 +39,7 @@ SMOKE = {"rounds": 1, "steps": 2, "warmup": 1, "shape": [2, 16, 512], "chunk": 8
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="builtin:tiny-llama")
-    for flag, value in {"--rounds": 8, "--steps": 10, "--warmup": 1, "--chunk": 1024}.items():
-        parser.add_argument(flag, type=int, default=value)
+    int_args(parser, rounds=8, steps=10, warmup=1, chunk=1024)
     parser.add_argument("--shape", type=int, nargs=3, default=[4, 2048, 151936])
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-steps", action="store_true")

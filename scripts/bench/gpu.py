@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from scripts.bench.runner import Report
+from scripts.bench.runner import Report, int_args
 
 # Qwen2.5-0.5B's shape (random weights).
 QWEN05 = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
@@ -24,9 +24,7 @@ SMOKE = {"steps": 1, "batch": 2, "prompt_len": 8, "new_tokens": 8}
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
-    ints = {"--steps": 5, "--batch": 16, "--prompt-len": 128, "--new-tokens": 256}
-    for flag, value in ints.items():
-        parser.add_argument(flag, type=int, default=value)
+    int_args(parser, steps=5, batch=16, prompt_len=128, new_tokens=256)
 
 
 def step(model: Any, opt: torch.optim.Optimizer, opts: argparse.Namespace) -> tuple[float, float]:

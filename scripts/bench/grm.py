@@ -1,14 +1,9 @@
-"""Where the time of a ConsistRM judge-training step goes: generation, critique embedding, and the
-rest (scoring, advantages, the GRPO update), measured side by side in one run.
+"""Where the time of a ConsistRM judge-training step goes: generation, critique embedding, the rest.
 
     python -m scripts.bench grm                              # SmolLM2-135M + MiniLM, 8 steps
     python -m scripts.bench grm --model builtin:tiny-llama --embedder builtin:tiny-llama
 
-The judge writes critiques (template ``consistrm-v1-short``, chat template on) so the critique
-embedding has real text to embed; each step = ``--pairs`` pairs x ``--samples`` rollouts of up
-to ``--new-tokens`` tokens, under ``--precision`` (default ``auto``: bf16 autocast on a CPU with
-native bf16, else float32; see ``lit_rlhf.training.resolve_precision``). Medians over the steps
-after ``--warmup``.
+Workload and figures: docs/grm.md, "Step-time breakdown (ConsistRM)".
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ import argparse
 import statistics
 from typing import Any
 
-from scripts.bench.runner import Report, StepTimer, Timed, fit
+from scripts.bench.runner import Report, StepTimer, Timed, fit, int_args
 
 SMOKE = {"model": "builtin:tiny-llama", "embedder": "builtin:tiny-llama", "pairs": 2,
          "samples": 2, "new_tokens": 8, "steps": 1, "warmup": 1}  # fmt: skip
@@ -27,9 +22,7 @@ EMBED = "CritiqueConsistencyReward/embed_seconds"
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="builtin:smollm2-135m-instruct")
     parser.add_argument("--embedder", default="builtin:all-minilm-l6-v2")
-    for flag, value in {"--pairs": 8, "--samples": 4, "--new-tokens": 64, "--steps": 8,
-                        "--warmup": 2}.items():  # fmt: skip
-        parser.add_argument(flag, type=int, default=value)
+    int_args(parser, pairs=8, samples=4, new_tokens=64, steps=8, warmup=2)
     parser.add_argument("--precision", default="auto", help="auto (fits this CPU), 32-true, ...")
 
 

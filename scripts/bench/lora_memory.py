@@ -4,12 +4,7 @@ process; prints both figures and their ratio.
     python -m scripts.bench lora_memory                       # builtin:mid-llama, ~1-2 min
     python -m scripts.bench lora_memory --model builtin:tiny-llama --steps 1 --max-new-tokens 8
 
-Each arm builds a ``PPOModule`` (GRPO, ``kl_coef`` > 0: full fine-tuning loads a frozen reference
-copy, LoRA computes the reference with its adapters off) and fits ``--steps`` rollout batches on
-Countdown prompts with a digit-fraction reward. The figures are the process's peak resident set
-size over the whole run, and its growth during ``fit`` above the peak once the networks are built
-(gradients, AdamW state, activations; the full arm's reference copy is in the baseline). Run it
-alone on the machine: other processes do not change RSS, but they slow it down.
+Workload and figures: docs/algorithms.md, "LoRA / QLoRA" (Memory).
 """
 
 from __future__ import annotations

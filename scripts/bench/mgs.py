@@ -1,15 +1,10 @@
-"""Cost of modular gradient surgery, measured side by side in one run: MGS vs mixed RL.
-
-Three-domain PPO (math, chat, instruction following; the offline samples, 1/3 each, GRPO) on the
-tiny and mid CPU models. Per step: the whole training step (generation, scoring, update) and its
-update phase alone (the ``OptimizerStep`` calls, which MGS changes: one backward per domain, the
-surgery, the combined gradient). Arms alternate within each round, each run in a fresh process,
-so the peak resident memory (ru_maxrss) of a run is its own; MGS's extra memory is one float32
-gradient copy per domain (3 x 4 bytes per trainable parameter). Target (issue [7/9]): an MGS
-step under 1.3x the mixed step.
+"""Cost of modular gradient surgery against mixed RL: step time, update phase and peak memory of
+three-domain PPO, arms alternating, each run in a fresh process (target: MGS step < 1.3x mixed).
 
     python -m scripts.bench mgs [--models builtin:tiny-llama builtin:mid-llama]
         [--rounds 3 --steps 5 --warmup 1] [--granularity module]
+
+Workload and figures: docs/multidomain.md, "Overhead".
 """
 
 from __future__ import annotations
@@ -18,15 +13,24 @@ import argparse
 import statistics
 from typing import Any
 
-from scripts.bench.runner import SAMPLES, Report, StepTimer, Timed, fit, peak_rss_mib, ratio, spawn
+from scripts.bench.runner import (
+    SAMPLES,
+    Report,
+    StepTimer,
+    Timed,
+    fit,
+    int_args,
+    peak_rss_mib,
+    ratio,
+    spawn,
+)
 
 SMOKE = {"models": ["builtin:tiny-llama"], "rounds": 1, "steps": 2, "warmup": 1}
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", nargs="+", default=["builtin:tiny-llama", "builtin:mid-llama"])
-    for flag, value in {"--rounds": 3, "--steps": 5, "--warmup": 1}.items():
-        parser.add_argument(flag, type=int, default=value)
+    int_args(parser, rounds=3, steps=5, warmup=1)
     parser.add_argument("--granularity", default="module")
     parser.add_argument("--model", help=argparse.SUPPRESS)  # a child's
 

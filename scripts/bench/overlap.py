@@ -1,21 +1,10 @@
-"""On-policy against one-step-off training (``max_staleness: 1``), side by side in one run.
-
-Workload: the peer benchmark's GRPO step (``peer_trl``: 8 Countdown-style prompts x 4 samples, up
-to 64 new tokens, random-weight ``builtin:small-llama`` "tiny" and ``builtin:mid-llama`` "mid",
-fp32, one update per rollout) with the vLLM engine (compiled, colocated; ``--engine hf``:
-transformers' generate on a snapshot copy of the policy). Each run is a fresh process;
-``--repeats`` runs per mode alternate; the first ``--warmup`` steps of each run are dropped (vLLM
-compiles inside the first; one-step-off's first step only generates).
-
-Printed per size and mode: the median step time (min-max) and steps per minute, the time in
-generation and in the update per step, and for one-step-off the share of the generation that ran
-while the update did (``rollout/overlap``) and the time the step waited for the worker; then
-one-step-off / on-policy steps per minute. On 2 CPU cores generation and update compete for the
-same cores, so the hidden share is not a speed-up by itself: the ratio is the figure. The GPU
-figure comes from scripts/gpu_check.sh.
+"""On-policy against one-step-off training (``max_staleness: 1``) on the peer benchmark's GRPO
+step, vLLM engine (``--engine hf``: transformers' generate), each run a fresh process.
 
     .venv-vllm/bin/python -m scripts.bench overlap                 # the measurement
     .venv-vllm/bin/python -m scripts.bench overlap --sizes tiny --steps 2 --warmup 2 --repeats 1
+
+Workload, figures and how to read them: docs/agents.md, "One-step-off training".
 """
 
 from __future__ import annotations
@@ -26,7 +15,7 @@ import statistics
 from typing import Any
 
 from scripts.bench.peer_trl import SIZES, run_child
-from scripts.bench.runner import Report, order, spread
+from scripts.bench.runner import Report, int_args, order, spread
 
 MODES = {0: "on-policy", 1: "one-step-off"}
 SMOKE = {"sizes": ["tiny"], "steps": 1, "repeats": 1, "engine": "hf", "new_tokens": 8,
@@ -35,9 +24,7 @@ SMOKE = {"sizes": ["tiny"], "steps": 1, "repeats": 1, "engine": "hf", "new_token
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["tiny", "mid"])
-    ints = {"--steps": 6, "--warmup": 2, "--repeats": 2, "--new-tokens": 64, "--prompts": 256}
-    for flag, value in ints.items():
-        parser.add_argument(flag, type=int, default=value)
+    int_args(parser, steps=6, warmup=2, repeats=2, new_tokens=64, prompts=256)
     parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="hf: generate")
 
 

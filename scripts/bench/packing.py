@@ -1,15 +1,10 @@
-"""The PPO update step padded (``micro_batch_size``) against packed (``micro_batch_tokens``).
-
-Workload: a synthetic GRPO rollout on ``builtin:mid-llama`` (random weights, fp32) whose response
-lengths have a long tail (lognormal, clamped to ``--min-len``..``--max-len`` tokens), groups of
-``--group-min``..``--group-max`` samples per prompt, prompts of 16-32 tokens. One optimizer step
-over the whole rollout (one update per rollout); the two paths alternate (A B, B A, ...) after
-one warm-up step each. Printed: each timed step, the medians, padded / packed (target >= 1.3x)
-and each path's peak memory (CUDA: ``max_memory_allocated``; CPU: the peak RSS of a fresh process
-that runs one step of that path only, from the start of the step (Linux ``clear_refs``), and its
-growth over the RSS before the step).
+"""The PPO update step padded (``micro_batch_size``) against packed (``micro_batch_tokens``) on a
+synthetic long-tailed GRPO rollout: step times, padded / packed (target >= 1.3x), peak memory.
 
     python -m scripts.bench packing [--micro-batch-tokens 1024] [--repeats 3]
+
+Figures: docs/benchmarks.md, "Length and group-size sweep"; docs/algorithms.md, "Packing and
+token budgets".
 """
 
 from __future__ import annotations
@@ -23,18 +18,15 @@ from typing import Any
 
 import torch
 
-from scripts.bench.runner import Report, order, spawn, spread
+from scripts.bench.runner import Report, int_args, order, spawn, spread
 
 SMOKE = {"model": "builtin:tiny-llama", "prompts": 2, "repeats": 1, "max_len": 32}
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="builtin:mid-llama")
-    ints = {"--prompts": 8, "--group-min": 4, "--group-max": 8, "--min-len": 16,
-            "--max-len": 256, "--micro-batch-size": 8, "--micro-batch-tokens": 1024,
-            "--repeats": 3, "--seed": 0}  # fmt: skip
-    for flag, value in ints.items():
-        parser.add_argument(flag, type=int, default=value)
+    int_args(parser, prompts=8, group_min=4, group_max=8, min_len=16, max_len=256,
+             micro_batch_size=8, micro_batch_tokens=1024, repeats=3, seed=0)  # fmt: skip
     parser.add_argument("--log-mean", type=float, default=4.0, help="lognormal mu (e^4 ~ 55)")
     parser.add_argument("--log-std", type=float, default=0.8)
 

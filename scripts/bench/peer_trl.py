@@ -1,31 +1,12 @@
-"""lit-rlhf against TRL's GRPOTrainer on the identical GRPO workload, side by side in one run.
-
-Workload (both frameworks, same threads, same weights):
-- random-init LlamaForCausalLM in fp32 with tied embeddings and a locally trained 2048-token
-  byte-level BPE: "tiny" = ``builtin:small-llama`` (hidden 256, 4 layers, 4 heads, intermediate
-  512), "mid" = ``builtin:mid-llama`` (hidden 512, 8 layers, 8 heads, intermediate 1024);
-- 256 plain-text Countdown-style prompts; each optimizer step = 8 prompts x 4 samples, up to 64
-  new tokens, temperature 1.0, top-p 1.0, AdamW (lr 1e-6), ratio clip 0.2, group-normalised
-  advantages, one update per rollout, KL coefficient beta in {0, 0.04} (k3, in the loss);
-- reward: the fraction of digits in the completion (lit_rlhf.rewards.DigitFractionReward);
-- TRL with bf16 and gradient checkpointing off (its defaults are on) and ``use_cpu``.
-
-Each run is a fresh process taking ``--warmup`` + ``--steps`` optimizer steps; ``--repeats`` runs
-per framework alternate in order (A B, B A, ...). The table gives the median step time over the
-timed steps (spread = min-max), the time inside generation, and the step time as a multiple of
-the compute-only limit: the matmul FLOPs of generation (prefill + decode, with attention over the
-growing context), of the training forward + backward (3x a forward) and of the reference forward
-when beta > 0, divided by the fp32 GEMM rate measured at the start (the end rate is printed too).
+"""lit-rlhf against TRL's GRPOTrainer on the identical GRPO workload, each run a fresh process,
+frameworks alternating; step time, time in generation and the multiple of the compute limit.
 
     make benchmark                      # builds .venv-bench (TRL + vLLM + lit-rlhf), runs all
     .venv-bench/bin/python -m scripts.bench peer_trl --sizes tiny --betas 0 --steps 3 --warmup 1
 
-lit-rlhf is timed with the vLLM engine (compiled, colocated, weights pushed after every step);
-``--engines vllm decode hf`` adds its own decode loop (``DecodeLoopEngine``, compiled) and
-transformers' ``generate``. ``--sweep`` instead times every (response length, group size) point
-of ``--sweep-lengths`` x ``--sweep-groups`` for one size and beta: step time, its multiple of the
-compute limit and the peak memory (CUDA: ``max_memory_allocated``; CPU: the run's peak RSS).
-``--micro-batch-tokens N`` runs lit-rlhf's update packed instead of one padded micro-batch.
+``--engines vllm decode hf`` adds lit-rlhf's decode loop and transformers' ``generate``;
+``--sweep`` times the (response length x group size) grid instead. Workload and figures:
+docs/benchmarks.md, "Peer benchmark" and "Length and group-size sweep".
 """
 
 from __future__ import annotations
@@ -37,7 +18,7 @@ from typing import Any
 import torch
 
 from scripts.bench.peer_sides import PROMPTS_PER_STEP, prompt_stats, run_lit_rlhf, run_trl
-from scripts.bench.runner import Report, order, peak_rss_mib, spawn
+from scripts.bench.runner import Report, int_args, order, peak_rss_mib, spawn
 
 SIZES = {"tiny": "builtin:small-llama", "mid": "builtin:mid-llama"}
 LABELS = {"vllm": "lit-rlhf, vLLM engine", "decode": "lit-rlhf, decode loop",
@@ -49,10 +30,8 @@ SMOKE = {"sizes": ["tiny"], "betas": [0.0], "steps": 1, "warmup": 1, "repeats": 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     parser.add_argument("--betas", nargs="+", type=float, default=[0.0, 0.04])
-    ints = {"--steps": 10, "--warmup": 2, "--repeats": 2, "--new-tokens": 64, "--samples": 4,
-            "--prompts": 256, "--max-staleness": 0}  # fmt: skip
-    for flag, value in ints.items():
-        parser.add_argument(flag, type=int, default=value)
+    int_args(parser, steps=10, warmup=2, repeats=2, new_tokens=64, samples=4, prompts=256,
+             max_staleness=0)  # fmt: skip
     parser.add_argument("--engines", nargs="+", choices=["vllm", "decode", "hf"], default=["vllm"])
     parser.add_argument("--sweep", action="store_true", help="the (length x group size) grid")
     parser.add_argument("--sweep-lengths", nargs="+", type=int, default=[32, 64, 128, 256])

@@ -1,17 +1,12 @@
-"""Time the demo under each precision, side by side in one run, on this CPU and on an emulated
-CPU without native bf16; a Markdown table (wall time, ratio to float32 on the same kind of CPU,
-held-out pass@1 after training).
+"""Time the demo under each precision, on this CPU and on an emulated CPU without native bf16
+(wall time, ratio to float32 on the same kind of CPU, held-out pass@1 after training).
 
     python -m scripts.bench precision                  # 4 fits of the demo, about 20 min
     python -m scripts.bench precision --arms native:auto native:32-true
 
-An arm is ``KIND:PRECISION``. ``native`` runs on this CPU as it is. ``no-bf16`` caps oneDNN (the
-library behind torch's CPU bf16 matmuls) at AVX-512 without its bf16 instructions
-(``ONEDNN_MAX_CPU_ISA=AVX512_CORE``), which emulates a CPU without AVX512-BF16 / AMX on one that
-has them. ``auto`` resolves by this CPU's flags (it reads /proc/cpuinfo, which the cap does not
-change), so for the emulated kind the table shows the explicit precisions; what ``auto`` picks on
-such a CPU is tested with mocked flags (tests/training/test_precision.py). The machine line
-above the table says whether this CPU has native bf16. Run it alone: the figures are wall times.
+An arm is ``KIND:PRECISION``: ``native`` (this CPU) or ``no-bf16`` (oneDNN capped at
+``AVX512_CORE``). Method and figures: docs/demo.md, "Precision: what ``auto`` picks and what it
+costs".
 """
 
 from __future__ import annotations
@@ -20,8 +15,8 @@ import argparse
 import os
 from pathlib import Path
 
-from scripts import _runs
 from scripts.bench.runner import Report
+from scripts.repro import runs as _runs
 
 KINDS = {"native": {}, "no-bf16": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}}
 DEFAULT_ARMS = ["native:auto", "native:32-true", "no-bf16:bf16-mixed", "no-bf16:32-true"]

@@ -3,9 +3,10 @@
 and bf16 GEMM rates at the start and at the end, the other processes' CPU share during the run),
 timing helpers, child processes and the Markdown table printer.
 
-A benchmark module defines ``add_args(parser)``, ``SMOKE`` (the defaults ``--smoke`` sets), and
-``run(opts, report)``; one that measures in fresh processes also defines ``child(opts) -> dict``
-(called with ``--child``, its dict printed as the last line of JSON).
+A benchmark module defines ``add_args(parser)`` (``int_args`` for its integer options),
+``SMOKE`` (the defaults ``--smoke`` sets), and ``run(opts, report)``; one that measures in fresh
+processes also defines ``child(opts) -> dict`` (called with ``--child``, its dict printed as the
+last line of JSON).
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ class Report:
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         self.say(*markdown(headers, rows))
+
+
+def int_args(parser: Any, **defaults: int) -> None:
+    """An ``--a-name N`` option (an int) for each ``a_name=default``."""
+    for name, value in defaults.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=value)
 
 
 def markdown(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:

@@ -22,10 +22,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from _runs import read_rows, write_fragment
-
 from repro import judge_common as jc
 from repro.common import Context, Figures, Paper, Preset, Primary
+from repro.runs import read_rows, write_fragment
 
 ANSWER = "lit_rlhf.callbacks.ConsistencyAnswerReward"
 

@@ -291,7 +291,7 @@ def warm_start(
     reused when there; returns (folder, seconds spent now: 0 when reused)."""
     import time
 
-    from _runs import write_fragment
+    from repro.runs import write_fragment
 
     rows = warm_start_rows(pairs, reflection_every=settings["reflection_every"], seed=0)
     # the smoke's random tiny model writes no judgment at all: only the presets need the check
@@ -400,16 +400,12 @@ def run_fit(configs: Sequence[Path], *, in_process: bool) -> float:
     smoke, where a fresh interpreter per run would cost more than the run); its wall time."""
     import time
 
-    from _runs import cli_command, run_timed
+    from repro.runs import cli_command, cli_in_process, run_timed
 
     if not in_process:
         return run_timed(cli_command("fit", list(configs)))
-    from lit_rlhf.cli import cli_main
-
     start = time.perf_counter()
-    args = ["fit"] + [a for c in configs for a in ("--config", str(c))]
-    cli = cli_main(args)
-    getattr(cli.model, "close", lambda: None)()
+    cli_in_process("fit", configs)
     return time.perf_counter() - start
 
 
@@ -456,7 +452,7 @@ def grpo_config(
 
 def curve(rows: Sequence[Mapping[str, str]], key: str) -> list[list[float]]:
     """``[[step, value], ...]`` of a metrics.csv column (the trainer's optimizer step)."""
-    from _runs import steps_and_values
+    from repro.runs import steps_and_values
 
     return [[float(s), v] for s, v in steps_and_values(list(rows), key, step_key="step")]
 

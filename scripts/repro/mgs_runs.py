@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _runs import read_rows, steps_and_values, write_fragment
+
+from repro.runs import cli_in_process, read_rows, steps_and_values, write_fragment
 
 SURGERY = "lit_rlhf.callbacks.ModularGradientSurgery"
 _KEY = "ModularGradientSurgery/"
@@ -213,14 +214,8 @@ def arm_fragment(
 def run_fit(fragment: dict[str, Any], path: Path) -> Path:
     """``lit-rlhf fit`` of the config ``fragment`` (written to ``path``), in this process (a fresh
     process per run would add seconds of imports to each); returns the run's metrics.csv."""
-    from lit_rlhf.cli import cli_main
-
     write_fragment(path, fragment)
-    cli = cli_main(["fit", "--config", str(path)])
-    close = getattr(cli.model, "close", None)
-    if callable(close):
-        close()
-    del cli
+    cli_in_process("fit", [path])
     gc.collect()
     return path.parent / "logs" / "metrics.csv"
 

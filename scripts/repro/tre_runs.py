@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from _runs import read_rows, steps_and_values, write_fragment
+from repro.runs import cli_in_process, read_rows, steps_and_values, write_fragment
 
 DIAGNOSTICS = "lit_rlhf.callbacks.TrustRegionDiagnostics"
 
@@ -92,16 +92,8 @@ def arm_fragment(
 def run_cli(subcommand: str, configs: list[str], fragment: dict, path: Path) -> dict[str, float]:
     """``lit-rlhf <subcommand> --config ... --config <fragment>`` in this process; returns the
     trainer's final logged metrics as floats."""
-    from lit_rlhf.cli import cli_main
-
     write_fragment(path, fragment)
-    args = [subcommand]
-    for config in [*configs, str(path)]:
-        args += ["--config", config]
-    cli = cli_main(args)
-    close = getattr(cli.model, "close", None)
-    if callable(close):
-        close()
+    cli = cli_in_process(subcommand, [*configs, path])
     return {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
 
 

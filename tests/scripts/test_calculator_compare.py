@@ -1,6 +1,6 @@
-"""scripts/calculator_compare.py: the arms' run fragments (a warm-started arm trains its SFT stage
-and starts PPO from its export; a cold arm starts from the config's model), the quarter figures,
-and (slow) a whole two-stage run of one step per arm."""
+"""scripts/repro/calculator_compare.py: the arms' run fragments (a warm-started arm trains its SFT
+stage and starts PPO from its export; a cold arm starts from the config's model), the quarter
+figures, and (slow) a whole two-stage run of one step per arm."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.helpers import load_script
 
 
 def test_warm_arm_starts_ppo_from_its_own_sft_export(tmp_path: Path):
-    compare = load_script("calculator_compare")
+    compare = load_script("repro/calculator_compare")
     sft = compare.sft_fragment(tmp_path, "calculator", 3)
     ppo = compare.arm_fragment(tmp_path, "calculator", 3, steps=5)
     export = tmp_path / "calculator" / "seed3" / "sft" / "hf"
@@ -29,7 +29,7 @@ def test_warm_arm_starts_ppo_from_its_own_sft_export(tmp_path: Path):
 
 
 def test_cold_arms_start_from_the_configs_model(tmp_path: Path):
-    compare = load_script("calculator_compare")
+    compare = load_script("repro/calculator_compare")
     for arm in ("calculator_cold", "no_tool_cold", "no_tool_masked_cold"):
         assert "model" not in compare.arm_fragment(tmp_path, arm, 0, steps=2)["model"]["init_args"]
     masked = compare.arm_fragment(tmp_path, "no_tool_masked_cold", 0, steps=2)
@@ -37,7 +37,7 @@ def test_cold_arms_start_from_the_configs_model(tmp_path: Path):
 
 
 def test_quarter_figures():
-    compare = load_script("calculator_compare")
+    compare = load_script("repro/calculator_compare")
     got = compare.quarter_figures([0.0, 0.0, 0.5, 0.5, 1.0, 1.0, 0.5, 1.0])
     assert got == {"start": 0.0, "first_q": 0.0, "last_q": 0.75, "rise": 0.75}
     assert compare.quarter_figures([0.5, 1.0, 1.0, 1.0])["start"] == 0.75
@@ -47,7 +47,7 @@ def test_quarter_figures():
 @pytest.mark.slow
 def test_one_step_per_arm_runs_both_stages(tmp_path: Path):
     """The whole pipeline on the embedded SmolLM2 (about 5 minutes on 2 cores)."""
-    compare = load_script("calculator_compare")
+    compare = load_script("repro/calculator_compare")
     summary = compare.main(["--seeds", "0", "--steps", "1", "--out", str(tmp_path)])
     export = tmp_path / "arithmetic_steps1" / "calculator" / "seed0" / "sft" / "hf"
     assert (export / "config.json").is_file()

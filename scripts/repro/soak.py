@@ -1,8 +1,8 @@
 """Long-run soak: a tiny config trained for hundreds of rollouts with checkpoints every few steps;
 resident memory and step time must stay flat. Prints the slopes and writes a CSV and a PNG.
 
-    python scripts/soak.py [--config configs/ppo/countdown_tiny.yaml] [--steps 1000] [--every 5]
-        [--out runs/soak] [CLI overrides, e.g. --trainer.callbacks=[]]
+    python scripts/repro/soak.py [--config configs/ppo/countdown_tiny.yaml] [--steps 1000]
+        [--every 5] [--out runs/soak] [CLI overrides, e.g. --trainer.callbacks=[]]
 
 The run is ``lit-rlhf fit`` of ``--config`` built through the CLI (same classes and settings),
 with ``max_steps`` set, validation every epoch (one batch), a CSV logger and a
@@ -30,7 +30,7 @@ import lightning as L
 import numpy as np
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def resident_mib() -> float:

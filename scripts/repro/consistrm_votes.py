@@ -4,7 +4,7 @@ lower temperatures and with more votes, on the same warm judge and unlabelled po
 ``scripts/reproduce.py consistrm --preset cpu`` (run that first: it trains the judge and writes
 the pools).
 
-    python scripts/consistrm_votes.py 0.6 0.3 --samples 16
+    python scripts/repro/consistrm_votes.py 0.6 0.3 --samples 16
 
 Per temperature: majority-of-8 (the first 8 samples) and majority-of-all accuracy, a random
 sample's accuracy, the format-valid share, the majority-of-8 positional consistency and the wall
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/
 from repro import judge_common as jc
 from repro.consistrm import PRESETS
 

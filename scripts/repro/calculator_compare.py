@@ -1,9 +1,9 @@
 """Calculator vs no tool: does the calculator example learn on CPU with the embedded SmolLM2, and
 how does it compare with the same training without the tool?
 
-    python scripts/calculator_compare.py --task arithmetic --seeds 0 1   # both arms, 2 seeds
-    python scripts/calculator_compare.py --task countdown --seeds 0 1
-    python scripts/calculator_compare.py --seeds 0 --steps 2 --out /tmp/smoke   # smoke
+    python scripts/repro/calculator_compare.py --task arithmetic --seeds 0 1   # both arms, 2 seeds
+    python scripts/repro/calculator_compare.py --task countdown --seeds 0 1
+    python scripts/repro/calculator_compare.py --seeds 0 --steps 2 --out /tmp/smoke   # smoke
 
 Tasks (``--task``): ``arithmetic`` (two-digit products, ``configs/ppo/arithmetic_*_smollm2.yaml``,
 ``MathReward`` on ``\\boxed{}``: the calculator computes what the model cannot) and ``countdown``
@@ -12,7 +12,7 @@ the answer is an expression). Arms (the same tasks, seeds, batches, samples per 
 learning rate): ``calculator`` is the task's calculator config (up to 2 turns of 24 tokens, the
 calculator answers ``<tool>calculator: EXPR</tool>``) started from its supervised warm start
 (``configs/sft/<task>_calculator_smollm2.yaml``: 42 steps on demonstrations of which half call
-the calculator, written by ``scripts/calculator_demos.py``); ``no_tool`` is the task's no-tool
+the calculator, written by ``scripts/data/calculator_demos.py``); ``no_tool`` is the task's no-tool
 config (single-turn, the question without the tool sentence, one turn of 48 tokens) started from
 the same warm start on the same tasks answered at once. ``--arms`` adds the cold arms, PPO from
 the embedded model itself: ``calculator_cold``, ``calculator_turn48_cold`` (48-token turns),
@@ -36,9 +36,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _runs import read_rows, run_fragment, steps_and_values
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/
 from repro.common import Context, Figures, Paper, Preset, Primary, cached_run, write_outputs
+from repro.runs import read_rows, run_fragment, steps_and_values
 from repro.tre_runs import run_cli
 
 # task -> role -> (PPO config, SFT warm-start config)
@@ -57,7 +57,7 @@ TASKS = {
     },
 }  # fmt: skip
 # arm -> (role, warm start: run the role's SFT stage first, model.init_args overrides).
-# The warm-started arms start PPO from SFT on their own demonstrations (scripts/
+# The warm-started arms start PPO from SFT on their own demonstrations (scripts/data/
 # calculator_demos.py: the same held-apart tasks, half with the calculator or all without). The
 # *_cold arms start from the embedded model itself. no_tool_masked leaves responses cut at the
 # token budget out of the loss (DAPO's overlong filter), as the calculator arm does with cut

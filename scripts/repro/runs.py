@@ -1,15 +1,12 @@
-"""Helpers shared by the experiment drivers in ``scripts/``: write a LightningCLI config fragment,
-run ``python -m lit_rlhf.cli`` in a subprocess and time it, read series from a CSVLogger's
-``metrics.csv``.
-
-The drivers run from the repository root (``python scripts/<driver>.py``) and import this file as
-``from _runs import ...``; Python puts the script's folder first on ``sys.path``.
+"""Helpers shared by the reproductions (``scripts/repro/``) and ``scripts/bench/precision.py``:
+write a LightningCLI config fragment, run ``lit-rlhf`` in a subprocess (timed) or in this
+process, read series from a CSVLogger's ``metrics.csv``. Imported as ``repro.runs`` (``scripts/`` on
+``sys.path``) or ``scripts.repro.runs``; it imports nothing else from ``repro``.
 """
 
 from __future__ import annotations
 
 import csv
-import statistics
 import subprocess
 import sys
 import time
@@ -64,12 +61,22 @@ def write_fragment(path: Path, fragment: dict[str, Any]) -> Path:
     return path
 
 
-def cli_command(subcommand: str, configs: list[Path]) -> list[str]:
+def cli_command(subcommand: str, configs: Sequence[Path | str]) -> list[str]:
     """``python -m lit_rlhf.cli <subcommand> --config c1 --config c2 ...`` as an argv list."""
-    args = [sys.executable, "-m", "lit_rlhf.cli", subcommand]
-    for config in configs:
-        args += ["--config", str(config)]
-    return args
+    return [sys.executable, "-m", "lit_rlhf.cli", subcommand,
+            *(a for c in configs for a in ("--config", str(c)))]  # fmt: skip
+
+
+def cli_in_process(subcommand: str, configs: Sequence[Path | str]) -> Any:
+    """``lit-rlhf <subcommand> --config c1 ...`` in this process (no fresh interpreter's imports
+    per run); the module's ``close`` (an engine's workers) is called after. Returns the CLI."""
+    from lit_rlhf.cli import cli_main
+
+    cli = cli_main(cli_command(subcommand, configs)[3:])
+    close = getattr(cli.model, "close", None)
+    if callable(close):
+        close()
+    return cli
 
 
 def run_timed(command: list[str]) -> float:
@@ -111,46 +118,3 @@ def mean_first(xs: list[float], n: int) -> float:
 def mean_last(xs: list[float], n: int) -> float:
     """Mean of the last ``n`` values (all of them when fewer)."""
     return sum(xs[-n:]) / len(xs[-n:])
-
-
-def mean_spread(values: list[float]) -> str:
-    """``"mean ± sample std"`` of per-seed values (std 0 for one seed), ``"n/a"`` for none."""
-    if not values:
-        return "n/a"
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.3f} ± {spread:.3f}"
-
-
-def plot_arms(
-    csvs: dict[str, list[Path]],
-    keys: Sequence[str],
-    path: Path,
-    *,
-    step_key: str,
-    xlabel: str,
-    markers: bool = False,
-    legend_size: int = 8,
-) -> None:
-    """One panel per metric key: one colour per arm, one line style per seed run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5))
-    for ax, key in zip(axes, keys, strict=True):
-        for colour, (arm, paths) in enumerate(csvs.items()):
-            for i, p in enumerate(paths):
-                points = (
-                    steps_and_values(read_rows(p), key, step_key=step_key) if p.exists() else []
-                )
-                if points:
-                    xs, ys = zip(*points, strict=True)
-                    style = {"marker": "o", "markersize": 3} if markers else {}
-                    ax.plot(xs, ys, color=f"C{colour}", linestyle=("-", "--", ":", "-.")[i % 4],
-                            label=f"{arm} ({p.parent.name})", **style)  # fmt: skip
-        ax.set_title(key)
-        ax.set_xlabel(xlabel)
-        ax.legend(fontsize=legend_size)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)

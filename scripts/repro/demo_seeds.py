@@ -3,7 +3,7 @@
 For each seed: ``lit-rlhf validate`` on the untrained model (greedy pass@1 on the held-out tasks),
 then ``lit-rlhf fit`` (which validates again at the end), then read both CSV logs.
 
-    python scripts/demo_seeds.py --seeds 0 1 2 [--config configs/ppo/countdown_smollm2.yaml]
+    python scripts/repro/demo_seeds.py --seeds 0 1 2 [--config configs/ppo/countdown_smollm2.yaml]
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _runs import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/
+from repro.runs import (
     base_callbacks,
     cli_command,
     mean_first,
