@@ -85,7 +85,10 @@ class Machine:
     def close(self) -> dict[str, Any]:
         wall = time.perf_counter() - self.wall
         other = busy_seconds() - self.busy - (own_seconds() - self.own)
-        self.info["other_cpu_share"] = max(other, 0.0) / (wall * (os.cpu_count() or 1))
+        # /proc/stat counts in clock ticks (10 ms): over a short run the difference can round
+        # past the machine's capacity, and a share is at most all of it
+        share = max(other, 0.0) / (wall * (os.cpu_count() or 1))
+        self.info["other_cpu_share"] = min(share, 1.0)
         self.info["gemm_end"] = gemm_rates(self.device, self.smoke)
         return self.info
 
