@@ -17,7 +17,7 @@ reconstructions); :meth:`reconstruct` serves its probes. Logged: ``train|val|tes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from lightning import Callback, LightningModule
@@ -34,7 +34,7 @@ from lit_rlhf.models.compressor import (
     target_loss,
     teacher_forced_logits,
 )
-from lit_rlhf.models.loading import Dtype, load_causal_lm, load_tokenizer
+from lit_rlhf.models.loading import load_causal_lm, load_tokenizer
 from lit_rlhf.models.lora import lora_wrap
 from lit_rlhf.models.partitioned import gathered
 from lit_rlhf.modules.compressor_setup import (
@@ -42,12 +42,19 @@ from lit_rlhf.modules.compressor_setup import (
     check_data_context,
     memory_tokens,
 )
+from lit_rlhf.settings import (
+    Dtype,
+    LoRASettings,
+    OptimSettings,
+    PrecisionSettings,
+    refuse_flat_arguments,
+    store_groups,
+)
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import (
     EpochEndLoaderReset,
     FrozenModules,
     GlobalRNGState,
-    LRScheduleSettings,
     OptimizerStep,
     freeze,
 )
@@ -56,35 +63,36 @@ from lit_rlhf.training.precision import check_trainable_precision
 AE, LM = 0, 1  # the markers' rows: autoencoding, continuation
 
 
+_OPTIM = OptimSettings(lr=1e-4, micro_batch_size=8)  # the compressor's defaults for the group
+
+
+@refuse_flat_arguments
 class CompressorDecoderModule(LightningModule):
     """Args:
     compressor: the compressor LM: hub id, local folder or ``builtin:<name>``.
+    decoder: the frozen decoder LM (same tokenizer as the compressor: one vocabulary).
+    tokenizer: a tokenizer object; the CLI links the DataModule's.
     compressor_layers: keep only the compressor's first this many layers (embeddings, final
         norm and vocabulary kept: a smaller compressor that shares the decoder's vocabulary and
         part of its priors); None: the whole model.
-    decoder: the frozen decoder LM (same tokenizer as the compressor: one vocabulary).
-    tokenizer: a tokenizer object; the CLI links the DataModule's.
     num_memory_tokens: ``k``; or None and ``compression_rate`` with ``context_tokens``.
     compression_rate: context tokens per memory token (``k = ceil(context_tokens / rate)``).
     context_tokens: the data's context length, for ``compression_rate``.
     ae_weight, lm_weight: the autoencoding and continuation losses' weights (>= 0, not both 0);
         each loss is a token mean over the batch.
-    lora_rank: 0 = train the whole compressor; > 0 = LoRA adapters (peft) of this rank on
-        ``lora_target_modules`` with ``lora_alpha`` and ``lora_dropout`` (ICAE: 0.05), the base
-        frozen. The memory embeddings, projection and markers always train.
-    lr, weight_decay, max_grad_norm: AdamW and clipping.
-    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
-        lr schedule (warmup, then constant / linear / cosine; see ``PPOModule``; one optimizer
-        step per batch here, so both intervals count the same).
-    micro_batch_size: contexts per forward/backward.
+    lora: LoRA adapters on the compressor, the base frozen (ICAE: dropout 0.05); the memory
+        embeddings, projection and markers always train
+        (:class:`~lit_rlhf.settings.LoRASettings`; ``quantize`` is refused here).
+    optim: AdamW, clipping, contexts per forward/backward (``micro_batch_size``; null: the
+        whole batch; one optimizer step per batch) and the lr schedule
+        (:class:`~lit_rlhf.settings.OptimSettings`; lr 1e-4).
+    precision: the compressor's weights' ``dtype`` (it trains: 16-bit only under DeepSpeed's
+        bf16 optimizer, else float32 with ``trainer.precision: bf16-mixed``; refused at setup)
+        (:class:`~lit_rlhf.settings.PrecisionSettings`; no activation checkpointing and no
+        frozen reference here: the frozen decoder's dtype is ``decoder_dtype``).
     max_new_tokens: reconstruction length limit at evaluation (None: the context length + 8).
     reconstruct_on_validation: generate reconstructions in validation (the fidelity metrics).
-    dtype, decoder_dtype: the two networks' weights. The compressor trains: a 16-bit ``dtype``
-        only under DeepSpeed's bf16 optimizer (float32 master weights), else float32 with
-        ``trainer.precision: bf16-mixed`` (refused at setup, before any load). The frozen
-        decoder may be 16-bit.
-    max_consecutive_skips: an optimizer step whose loss or gradient is not finite is skipped
-        (``fault/skipped_steps``, checkpointed); this many in a row stop the run.
+    decoder_dtype: the frozen decoder's weights (it may be 16-bit).
     """
 
     def __init__(
@@ -98,36 +106,24 @@ class CompressorDecoderModule(LightningModule):
         context_tokens: int | None = None,
         ae_weight: float = 1.0,
         lm_weight: float = 0.0,
-        lora_rank: int = 0,
-        lora_alpha: int = 16,
-        lora_target_modules: str | list[str] = "all-linear",
-        lora_dropout: float = 0.0,
-        lr: float = 1e-4,
-        weight_decay: float = 0.0,
-        max_grad_norm: float | None = 1.0,
-        lr_warmup_steps: int = 0,
-        lr_warmup_ratio: float = 0.0,
-        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
-        min_lr_ratio: float = 0.0,
-        lr_interval: Literal["batch", "optimizer_step"] = "batch",
-        lr_total_steps: int | None = None,
-        micro_batch_size: int = 8,
+        lora: LoRASettings = LoRASettings(),
+        optim: OptimSettings = _OPTIM,
+        precision: PrecisionSettings = PrecisionSettings(),
         max_new_tokens: int | None = None,
         reconstruct_on_validation: bool = True,
-        dtype: Dtype = "float32",
         decoder_dtype: Dtype = "float32",
-        max_consecutive_skips: int = 5,
     ) -> None:
         super().__init__()
+        self.lora = LoRASettings.coerce(lora)  # an instance, or a dict (hparams)
+        self.optim = OptimSettings.coerce(optim, _OPTIM)
+        self.precision = PrecisionSettings.coerce(precision)
         self.save_hyperparameters(ignore=["tokenizer"])
-        check_compressor_settings(self.hparams)
+        groups = {"lora": self.lora, "optim": self.optim, "precision": self.precision}
+        store_groups(self.hparams, groups)
+        check_compressor_settings(self.hparams, self.lora, self.precision)
         self.k = num_memory_tokens or memory_tokens(compression_rate, context_tokens)  # type: ignore[arg-type]
         self.automatic_optimization = False
-        self.step_optimizer = OptimizerStep(
-            max_grad_norm=max_grad_norm,
-            max_consecutive_skips=max_consecutive_skips,
-            lr_schedule=LRScheduleSettings.from_hparams(self.hparams),  # validates
-        )
+        self.step_optimizer = OptimizerStep.from_settings(self.optim)
         self.frozen = FrozenModules("decoder")
         self.tokenizer = tokenizer
         self.compressor: MemoryCompressor | None = None
@@ -139,7 +135,7 @@ class CompressorDecoderModule(LightningModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the strategy is known and no weights are loaded yet
-            check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
+            check_trainable_precision(self.trainer, {"precision.dtype": self.precision.dtype})
         data = getattr(self.trainer, "datamodule", None)
         sources = {name: getattr(data, f"{name}_source", None) for name in ("train", "val", "test")}
         check_data_context(self.hp.context_tokens, self.k, self.hp.compression_rate, sources)
@@ -153,31 +149,26 @@ class CompressorDecoderModule(LightningModule):
             self.tokenizer = load_tokenizer(self.hp.decoder)
         with transformers_zero3_context(strategy):
             decoder = freeze(load_causal_lm(self.hp.decoder, dtype=self.hp.decoder_dtype))
+            dtype = self.precision.dtype
             lm = load_causal_lm(
-                self.hp.compressor, dtype=self.hp.dtype, num_layers=self.hp.compressor_layers
+                self.hp.compressor, dtype=dtype, num_layers=self.hp.compressor_layers
             )
         check_shared_vocabulary(
             self.tokenizer, [(self.hp.compressor, lm), (self.hp.decoder, decoder)]
         )
         self.decoder = decoder
         self.compressor = MemoryCompressor(
-            lora_wrap(
-                lm,
-                self.hp.lora_rank,
-                self.hp.lora_alpha,
-                self.hp.lora_target_modules,
-                dropout=self.hp.lora_dropout,
-            ),
+            lora_wrap(lm, self.lora),
             num_memory_tokens=self.k,
             decoder_width=int(decoder.config.hidden_size),
             marker_scale=_embedding_std(decoder),
             memory_scale=_embedding_std(lm),
-        ).to(getattr(torch, self.hp.dtype))
+        ).to(getattr(torch, dtype))
 
     def configure_optimizers(self) -> Any:
         assert self.compressor is not None
         params = [p for p in self.compressor.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+        return self.step_optimizer.adamw(params)
 
     # ------------------------------------------------------------------ forward
     def compress(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
@@ -215,8 +206,8 @@ class CompressorDecoderModule(LightningModule):
 
     # ----------------------------------------------------------------- training
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
-        size = self.hp.micro_batch_size
         rows = batch["input_ids"].shape[0]
+        size = self.optim.micro_batch_size or rows  # null: the whole batch at once
         micro = [_slice(batch, i, i + size) for i in range(0, rows, size)]
         totals = self._token_totals(batch)
         parts: list[dict[str, Tensor]] = []
@@ -357,8 +348,7 @@ _NETWORK_SETTINGS = (
     "num_memory_tokens",
     "compression_rate",
     "context_tokens",
-    "lora_rank",
-    "lora_target_modules",
+    "lora",
 )
 
 

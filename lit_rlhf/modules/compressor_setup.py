@@ -7,11 +7,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
+from lit_rlhf.settings import LoRASettings, PrecisionSettings
 
 
-def check_compressor_settings(hp: Mapping[str, Any]) -> None:
-    """Refuse, before any model loads, a setting that would fail later or silently do nothing."""
+def check_compressor_settings(
+    hp: Mapping[str, Any], lora: LoRASettings, precision: PrecisionSettings
+) -> None:
+    """Refuse, before any model loads, a setting that would fail later or silently do nothing
+    (the groups check their own fields' ranges)."""
     k, rate, context = hp["num_memory_tokens"], hp["compression_rate"], hp["context_tokens"]
     if k is not None and rate is not None:
         raise ValueError(
@@ -37,11 +40,10 @@ def check_compressor_settings(hp: Mapping[str, Any]) -> None:
             f"compressor_layers must be >= 1 or None (the whole model), got {layers!r}"
         )
     _check_weights(hp["ae_weight"], hp["lm_weight"])
-    refuse_out_of_range(module_setting_rules(hp), hp)  # also lora_rank, lora_alpha, lora_dropout
-    if hp["micro_batch_size"] < 1:
-        raise ValueError(f"micro_batch_size must be >= 1, got {hp['micro_batch_size']}")
     if hp["max_new_tokens"] is not None and hp["max_new_tokens"] < 1:
         raise ValueError(f"max_new_tokens must be >= 1 or None, got {hp['max_new_tokens']}")
+    precision.refuse_unread("CompressorDecoderModule", reference=False, checkpointing=False)
+    lora.refuse_unread("CompressorDecoderModule")
 
 
 def memory_tokens(rate: float, context_tokens: int) -> int:

@@ -259,13 +259,14 @@ class DPOModule(LightningModule):
     ) -> tuple[Tensor, PreferenceRewards]:
         """Per-pair losses ``[b]`` and implicit rewards of the configured ``loss.kind``."""
         loss = self.loss
+        beta = loss.beta  # DPO's KL strength, IPO's tau, SimPO's reward scale
         if reference is None:  # SimPO: reference-free
-            return simpo_loss(*policy.averaged(), beta=loss.beta, gamma=loss.simpo_gamma)
+            return simpo_loss(*policy.averaged(), beta=beta, gamma=loss.simpo_gamma)
         if loss.kind == "ipo":  # token-averaged log-probs (ipo_loss's docstring says why)
-            return ipo_loss(*policy.averaged(), *reference.averaged(), beta=loss.beta)
+            return ipo_loss(*policy.averaged(), *reference.averaged(), beta=beta)
         return dpo_loss(
             policy.chosen, policy.rejected, reference.chosen, reference.rejected,
-            beta=loss.beta, label_smoothing=loss.label_smoothing,
+            beta=beta, label_smoothing=loss.label_smoothing,
         )  # fmt: skip
 
     def pair_losses(self, rows: Sequence[Mapping[str, Any]]) -> tuple[Tensor, dict[str, Tensor]]:
@@ -343,17 +344,11 @@ _NETWORK_SETTINGS = ("model", "reference_model", "lora")
 def check_dpo_settings(module: DPOModule, reference_model: str | None, max_length: int) -> None:
     """Refuse, before any model loads, a setting across groups that would silently change
     nothing, or one of the module's own out of range (each group checks its own fields)."""
-    precision, lora = module.precision, module.lora
-    precision.refuse_unread("DPOModule", reference=True, checkpointing=True)
-    lora.check_reference_dtype(precision.reference_dtype, separate=reference_model is not None)
-    if lora.quantize is not None:
-        raise ValueError(
-            f"lora.quantize={lora.quantize!r}: DPOModule does not read it (its base loads in "
-            "precision.dtype), so it would do nothing. Fix: leave model.init_args.lora.quantize "
-            "null (QLoRA: PPOModule, GenerativeRewardModule)."
-        )
-    reference = {"reference_model": reference_model, "precision.reference_dtype":
-                 precision.reference_dtype}  # fmt: skip
+    module.precision.refuse_unread("DPOModule", reference=True, checkpointing=True)
+    module.lora.refuse_unread("DPOModule")
+    reference_dtype = module.precision.reference_dtype
+    module.lora.check_reference_dtype(reference_dtype, separate=reference_model is not None)
+    reference = {"reference_model": reference_model, "precision.reference_dtype": reference_dtype}
     given = [k for k, v in reference.items() if v is not None]
     if given and module.loss.reference_free:
         raise ValueError(

@@ -57,6 +57,16 @@ class LoRASettings(SettingsGroup):
                 "lora.quantize: null to train every weight."
             )
 
+    def refuse_unread(self, module: str) -> None:
+        """Refuse ``quantize`` in a module that loads its trained base in ``precision.dtype``
+        (only the policy modules load a 4-bit base)."""
+        if self.quantize is not None:
+            raise ValueError(
+                f"lora.quantize={self.quantize!r}: {module} does not read it (its base loads in "
+                "precision.dtype), so it would do nothing. Fix: leave "
+                f"{self.key('quantize')} null (QLoRA: PPOModule, GenerativeRewardModule)."
+            )
+
     @property
     def enabled(self) -> bool:
         return self.rank > 0

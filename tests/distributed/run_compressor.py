@@ -52,7 +52,7 @@ def main(mode: str, steps: int, out: Path) -> None:
                             seed=SEED, batch_size=GLOBAL_BATCH // devices)  # fmt: skip
     L.seed_everything(SEED)  # also DDP's sampler seed
     module = CompressorDecoderModule(tokenizer=data.tokenizer, num_memory_tokens=4, lm_weight=0.0,
-                                     lr=1e-3, micro_batch_size=4)  # fmt: skip
+                                     optim={"lr": 1e-3, "micro_batch_size": 4})  # fmt: skip
     if mode == "single":
         module.configure_model()
         torch.save(trainable(module), out.with_suffix(".init.pt"))

@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lit_rlhf.data import PromptDataModule, TextChunks
 from lit_rlhf.models.tiny import TinyModelSpec, write_tiny_model
 from lit_rlhf.modules import CompressorDecoderModule
+from lit_rlhf.settings import LoRASettings
 
 SAMPLE = Path(__file__).parents[2] / "lit_rlhf" / "data" / "samples" / "text_sample.jsonl"
 
@@ -26,9 +27,9 @@ def _data(batch_size: int = 4) -> PromptDataModule:
 
 
 def _module(data: PromptDataModule, **kwargs: Any) -> CompressorDecoderModule:
-    settings: dict[str, Any] = {"num_memory_tokens": 4, "lm_weight": 0.5, "lr": 1e-3,
-                                "micro_batch_size": 2, **kwargs}  # fmt: skip
-    return CompressorDecoderModule(tokenizer=data.tokenizer, **settings)
+    optim = {"lr": 1e-3, "micro_batch_size": 2, **kwargs.pop("optim", {})}
+    settings: dict[str, Any] = {"num_memory_tokens": 4, "lm_weight": 0.5, **kwargs}
+    return CompressorDecoderModule(tokenizer=data.tokenizer, optim=optim, **settings)
 
 
 def _trainer(root: Path, steps: int, callbacks: list | None = None) -> L.Trainer:  # type: ignore[type-arg]
@@ -47,19 +48,33 @@ def _trainer(root: Path, steps: int, callbacks: list | None = None) -> L.Trainer
             {"num_memory_tokens": None, "compression_rate": -2.0, "context_tokens": 32},
             "compression_rate must be > 0",
         ),
-        ({"lr": -1e-4}, "a negative lr would ascend"),
+        ({"optim": {"lr": -1e-4}}, r"optim\.lr=-0.0001 must be .*a negative lr would ascend"),
         ({"ae_weight": 0.0, "lm_weight": 0.0}, "not both 0"),
         ({"lm_weight": -1.0}, "must be >= 0"),
-        ({"lora_rank": -1}, r"lora_rank=-1 must be >= 0"),
-        ({"lora_rank": 4, "lora_dropout": 1.0}, r"lora_dropout=1.0 must be in \[0, 1\)"),
+        ({"lora": {"rank": -1}}, r"lora\.rank=-1 must be an integer >= 0"),
+        ({"lora": {"rank": 4, "dropout": 1.0}}, r"lora\.dropout=1.0 must be in \[0, 1\)"),
+        ({"lora": {"rank": 4, "quantize": "4bit"}}, r"lora\.quantize='4bit': CompressorDecoder"),
         ({"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
-        ({"micro_batch_size": 0}, "micro_batch_size must be >= 1"),
+        ({"optim": {"micro_batch_size": 0}}, r"optim\.micro_batch_size=0 must be an integer >= 1"),
         ({"compressor_layers": 0}, "compressor_layers must be >= 1"),
+        (
+            {"precision": {"gradient_checkpointing": True}},
+            r"precision\.gradient_checkpointing: CompressorDecoderModule does not checkpoint",
+        ),
+        (
+            {"precision": {"reference_dtype": "bfloat16"}},
+            r"precision\.reference_dtype='bfloat16': CompressorDecoderModule has no frozen",
+        ),
     ],
 )
 def test_bad_settings_are_refused_before_any_model_loads(settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CompressorDecoderModule(compressor="no/such-model", decoder="no/such-model", **settings)
+
+
+def test_a_flat_argument_names_its_group() -> None:
+    with pytest.raises(TypeError, match=r"\(lora_dropout=\.\.\.\).* now lora\.dropout"):
+        CompressorDecoderModule(lora_dropout=0.05)  # type: ignore[call-arg]
 
 
 def test_compression_rate_sets_k() -> None:
@@ -186,7 +201,7 @@ def test_training_moves_only_the_compressor(tmp_path: Path) -> None:
 def test_lora_trains_adapters_memory_projection_and_markers_only(tmp_path: Path) -> None:
     pytest.importorskip("peft", reason="LoRA needs the [lora] extra")
     data = _data()
-    module = _module(data, lora_rank=4)
+    module = _module(data, lora={"rank": 4})
     module.configure_model()
     trainable = [n for n, p in module.named_parameters() if p.requires_grad]
     assert trainable and all(
@@ -197,7 +212,7 @@ def test_lora_trains_adapters_memory_projection_and_markers_only(tmp_path: Path)
 
 def test_lora_dropout_reaches_the_adapters() -> None:
     pytest.importorskip("peft", reason="LoRA needs the [lora] extra")
-    module = _module(_data(), lora_rank=4, lora_dropout=0.05)  # ICAE's rate
+    module = _module(_data(), lora=LoRASettings(rank=4, dropout=0.05))  # ICAE's rate
     module.configure_model()
     dropouts = [m for n, m in module.named_modules() if n.endswith("lora_dropout.default")]
     assert dropouts and all(isinstance(m, torch.nn.Dropout) and m.p == 0.05 for m in dropouts)

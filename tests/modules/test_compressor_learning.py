@@ -45,7 +45,7 @@ def test_training_lowers_reconstruction_loss_and_raises_rouge_l(tmp_path: Path) 
     L.seed_everything(0)
     module = CompressorDecoderModule(
         compressor=str(decoder), decoder=str(decoder), tokenizer=data.tokenizer,
-        num_memory_tokens=8, lr=1e-2,
+        num_memory_tokens=8, optim={"lr": 1e-2},
     )  # fmt: skip
     module.configure_model()
     data.setup("fit")
