@@ -189,7 +189,8 @@ def _arm_prior(run: dict[str, Any], items: list[dict[str, Any]]) -> Figures:
     if torch.cuda.is_available():
         module.cuda()
     figures = prior_summary(prior_margins(module.compressor.lm, tokenizer, items))
-    texts = [i["context"] for i in items][: run["model"].get("micro_batch_size", 8)]
+    micro = run["model"].get("optim", {}).get("micro_batch_size", 8)
+    texts = [i["context"] for i in items][:micro]
     figures["step_seconds"] = _time_step(module, tokenizer, texts)
     figures["parameters"] = float(sum(p.numel() for p in module.compressor.lm.parameters()))
     return figures

@@ -92,10 +92,12 @@ def cpu_run(settings: dict[str, Any], layers: int, train: Path, val: Path) -> di
     chunks |= {"min_context_tokens": 1}
     model: dict[str, Any] = {"compressor": settings["compressor"], "decoder": settings["decoder"]}
     model |= {"compressor_layers": layers, "num_memory_tokens": settings["memory_tokens"]}
-    model |= {k: settings[k] for k in ("lr", "lora_rank", "lora_alpha", "lora_target_modules")}
-    model |= {"dtype": "float32", "decoder_dtype": decoder_dtype}
+    lora = {"rank": settings["lora_rank"], "alpha": settings["lora_alpha"]}
+    model["lora"] = lora | {"target_modules": settings["lora_target_modules"]}
+    model["optim"] = {"lr": settings["lr"], "micro_batch_size": settings["batch_size"]}
+    model["optim"] |= {"max_grad_norm": 1.0}
+    model |= {"precision": {"dtype": "float32"}, "decoder_dtype": decoder_dtype}
     model |= {"max_new_tokens": settings["max_new_tokens"]}
-    model |= {"micro_batch_size": settings["batch_size"], "max_grad_norm": 1.0}
     return {
         "config": None,
         "model": model,

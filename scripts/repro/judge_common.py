@@ -305,7 +305,7 @@ def warm_start(
         "seed_everything": 0,
         "trainer": {"max_steps": settings["sft_steps"], "max_epochs": -1, "logger": False,
                     "enable_checkpointing": False, "enable_progress_bar": False},
-        "model": {"init_args": {"export_dir": str(export), "lr": settings["sft_lr"],
+        "model": {"init_args": {"export_dir": str(export), "optim": {"lr": settings["sft_lr"]},
                                 "model": settings["model"]}},
         "data": {"init_args": {"tokenizer": settings["model"], "train": str(data), "val": None,
                                "train_split": "train", "prompt_field": "prompt",

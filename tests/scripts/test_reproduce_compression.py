@@ -80,9 +80,10 @@ def test_gpu_preset_prints_the_qwen_presets_settings(capsys: pytest.CaptureFixtu
         run = runs[arm]
         model, train = run["model"], run["train_text"]
         # ICAE: LoRA r128 / alpha 32 / dropout 0.05 on q, v; 512 tokens into 128 slots; lr 1e-4
-        assert (model["lora_rank"], model["lora_alpha"], model["lora_dropout"]) == (128, 32, 0.05)
+        lora, optim = model["lora"], model["optim"]
+        assert (lora["rank"], lora["alpha"], lora["dropout"]) == (128, 32, 0.05)
         assert (model["context_tokens"], model["compression_rate"]) == (512, 4)
-        assert (model["lr"], model["lr_warmup_steps"], model["micro_batch_size"]) == (
+        assert (optim["lr"], optim["lr_warmup_steps"], optim["micro_batch_size"]) == (
             1e-4,
             300,
             micro,
@@ -114,7 +115,7 @@ def test_cpu_preset_cuts_smollm2_and_resolves_the_precision(
         monkeypatch.setattr(precision, "resolve_precision", lambda p, a, c=chosen: c)
         run = compression_runs.cpu_run(settings, 10, tmp_path / "t.jsonl", tmp_path / "e.jsonl")
         assert (run["trainer"]["precision"], run["model"]["decoder_dtype"]) == expected
-        assert run["model"]["dtype"] == "float32"  # the trainable compressor: always float32
+        assert run["model"]["precision"]["dtype"] == "float32"  # the trainable compressor
         assert run["model"]["compressor_layers"] == 10
         assert run["train_text"]["path"] == str(tmp_path / "t.jsonl")
 
