@@ -1,7 +1,8 @@
 """Adaptive KL coefficient (Ziegler et al. 2019, arXiv 1909.08593, eq. 2) as a callback.
 
-Protocol: the module has a float attribute ``kl_coef`` that its loss/reward reads each step (and
-that is > 0 when training starts: a module with a zero coefficient has no reference to measure
+Protocol: the module has a float attribute ``kl_coef`` that its loss/reward reads each step
+(``PPOModule`` and ``GenerativeRewardModule`` seed it from their ``kl.coef`` setting; it must be
+> 0 when training starts: a module with a zero coefficient has no reference to measure
 against), and its ``training_step`` returns a dict with ``"kl"``, the measured per-sequence KL to
 the reference, and ``"num_sequences"``, how many sequences it was measured over on this rank.
 The controller state is checkpointed and re-applied on ``on_train_start``, so a resumed run uses
@@ -21,7 +22,7 @@ from lit_rlhf.algos import AdaptiveKLController
 
 class AdaptiveKL(Callback):
     """Args:
-    init_kl_coef: starting coefficient (the module's ``kl_coef`` must also be > 0 so that it
+    init_kl_coef: starting coefficient (the module's ``kl.coef`` must also be > 0 so that it
         loads a reference model).
     target: target KL per sequence (nats).
     horizon: adaptation horizon, in sequences.
@@ -79,5 +80,5 @@ def _check_module_kl(pl_module: LightningModule) -> None:
         raise ValueError(
             f"AdaptiveKL needs a module with a `kl_coef` attribute > 0 (so that it measures a "
             f"KL to a reference); {type(pl_module).__name__} has kl_coef={coef!r}. Fix: set "
-            "model.init_args.kl_coef > 0."
+            "model.init_args.kl.coef > 0."
         )

@@ -154,7 +154,8 @@ def end_process_group() -> None:
 
 
 def check_lr(args: dict[str, Any], probe: Probe, batches: int) -> None:
-    """``train/lr`` after each batch is what the schedule gives there (lr_interval: batch), or
+    """``args``: the module's ``optim`` group. ``train/lr`` after each batch is what the
+    schedule gives there (lr_interval: batch), or
     within warmup / decay bounds (optimizer_step: the logged value spans the batch's steps)."""
     assert len(probe.lrs) == batches, f"train/lr logged after {len(probe.lrs)} of {batches} batches"
     total = args.get("lr_total_steps") or batches
@@ -187,21 +188,22 @@ def vllm_old_log_probs(config: dict[str, Any]) -> list[str]:
     log-probs with the trainer (as verl does): vLLM's are not the trainer's numerics."""
     args = config["model"]["init_args"]
     engine = str((args.get("engine") or {}).get("class_path", ""))
+    update = args.get("update") or {}
     batch = config["data"]["init_args"].get("batch_size") or 1
-    rollout = batch * (args.get("samples_per_prompt") or 1)
-    mini = args.get("mini_batch_size") or rollout
-    steps = (args.get("ppo_epochs") or 1) * math.ceil(rollout / mini)
+    rollout = batch * ((args.get("rollout") or {}).get("samples_per_prompt") or 1)
+    mini = update.get("mini_batch_size") or rollout
+    steps = (update.get("ppo_epochs") or 1) * math.ceil(rollout / mini)
     if not engine.endswith("VLLMGenerationEngine"):
         return []
     problems = []
-    if args.get("mismatch_correction", "auto") == "auto":
+    if (args.get("mismatch") or {}).get("correction", "auto") == "auto":
         problems.append(
-            "a vLLM preset pins model.init_args.mismatch_correction (none: the authors' update; "
+            "a vLLM preset pins model.init_args.mismatch.correction (none: the authors' update; "
             "the default auto turns truncated importance sampling on with vLLM)"
         )
-    if steps > 1 and args.get("recompute_old_log_probs") is not True:
+    if steps > 1 and update.get("recompute_old_log_probs") is not True:
         problems.append(
-            f"{steps} optimizer steps per rollout with vLLM: set model.init_args."
+            f"{steps} optimizer steps per rollout with vLLM: set model.init_args.update."
             "recompute_old_log_probs: true (the ratio's denominator from the trainer, as verl)"
         )
     return problems

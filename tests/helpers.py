@@ -70,3 +70,26 @@ def quiet_trainer(root: Any, **kwargs: Any) -> L.Trainer:
     )
     defaults.update(kwargs)
     return L.Trainer(**defaults)
+
+
+def merge_groups(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Module keyword arguments: ``overrides`` on ``defaults``, where a settings group given as a
+    dict in both is merged field by field (``optim={"lr": 1e-3}`` keeps the default
+    ``micro_batch_size``)."""
+    out = dict(defaults)
+    for key, value in overrides.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = {**out[key], **value} if both else value
+    return out
+
+
+def replace_groups(settings: Any, **groups: dict[str, Any]) -> Any:
+    """A copy of a record of settings groups (e.g. :class:`lit_rlhf.training.PPOSettings`) with
+    fields of its groups changed: ``replace_groups(s, update={"ppo_epochs": 2})``."""
+    import dataclasses
+
+    changed = {
+        name: dataclasses.replace(getattr(settings, name), **fields)
+        for name, fields in groups.items()
+    }
+    return dataclasses.replace(settings, **changed)

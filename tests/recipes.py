@@ -4,7 +4,7 @@ The format is described at the top of docs/recipes.md: a heading
 ``### configs/<family>/<name>.yaml`` (optionally ``+ configs/trainer/<fragment>.yaml``) opens
 the table of one preset; its rows are
 ``| setting | authors | source | ours | deviation |``. A ``setting`` in backticks is a dotted path
-into the composed config (``model.init_args.lr``; a list entry by the class name of its
+into the composed config (``model.init_args.optim.lr``; a list entry by the class name of its
 ``class_path``, ``trainer.callbacks[TrustRegionEntropy].init_args.alpha``, or by index, ``[0]``);
 ``script:<name> ...`` names a setting outside the config, which is not checked here. ``authors``
 and ``ours`` are YAML values in backticks; an ``authors`` cell without backticks is prose (the

@@ -84,12 +84,12 @@ def test_evaluating_a_checkpoint_keeps_the_configs_settings_and_resuming_warns(
     (ckpt,) = tmp_path.glob("checkpoints/*.ckpt")
     with pytest.warns(UserWarning, match="eval_samples: config 2, checkpoint 1"):
         cli = cli_main(["validate", "--config", config, *root, f"--ckpt_path={ckpt}",
-                        "--model.init_args.eval_samples=2",
-                        "--model.init_args.inference=majority"])  # fmt: skip
+                        "--model.init_args.judge.eval_samples=2",
+                        "--model.init_args.judge.inference=majority"])  # fmt: skip
     assert cli.model.hparams.eval_samples == 2 and cli.model.inference.mode == "majority"
     with pytest.warns(UserWarning, match=r"checkpoint's settings replace the config's \(lr"):
         cli = cli_main(["fit", "--config", config, *root, f"--ckpt_path={ckpt}",
-                        "--model.init_args.lr=0.5", "--trainer.max_steps=2",
+                        "--model.init_args.optim.lr=0.5", "--trainer.max_steps=2",
                         "--trainer.limit_val_batches=0"])  # fmt: skip
     assert cli.model.hparams.lr == 1.0e-3
 

@@ -161,20 +161,21 @@ def test_vllm_presets_with_several_steps_recompute_old_log_probs():
         "model": {
             "init_args": {
                 "engine": {"class_path": "lit_rlhf.rollout.VLLMGenerationEngine"},
-                "samples_per_prompt": 8,
-                "mini_batch_size": 512,
-                "mismatch_correction": "none",
+                "rollout": {"samples_per_prompt": 8},
+                "update": {"mini_batch_size": 512},
+                "mismatch": {"correction": "none"},
             }
         },
         "data": {"init_args": {"batch_size": 512}},
     }
     assert "8 optimizer steps per rollout" in vllm_old_log_probs(config)[0]
-    config["model"]["init_args"]["recompute_old_log_probs"] = True
+    update = config["model"]["init_args"]["update"]
+    update["recompute_old_log_probs"] = True
     assert vllm_old_log_probs(config) == []
-    config["model"]["init_args"].update(recompute_old_log_probs=False, mini_batch_size=4096)
+    update.update(recompute_old_log_probs=False, mini_batch_size=4096)
     assert vllm_old_log_probs(config) == []  # one step: the engine's log-probs are not read
-    config["model"]["init_args"]["mismatch_correction"] = "auto"
-    assert "pins model.init_args.mismatch_correction" in vllm_old_log_probs(config)[0]
+    config["model"]["init_args"]["mismatch"]["correction"] = "auto"
+    assert "pins model.init_args.mismatch.correction" in vllm_old_log_probs(config)[0]
 
 
 # ------------------------------------------------------------------ composing
@@ -295,10 +296,10 @@ def small_batches(config: dict[str, Any], ctx: Context) -> None:
     if not batch or batch <= MAX_BATCH:
         return
     data["batch_size"] = MAX_BATCH
-    model = config["model"]["init_args"]
-    mini = model.get("mini_batch_size")
+    update = config["model"]["init_args"].get("update") or {}  # PPO's and GRM's group
+    mini = update.get("mini_batch_size")
     if mini is not None:
-        model["mini_batch_size"] = max(1, round(mini * MAX_BATCH / batch))
+        update["mini_batch_size"] = max(1, round(mini * MAX_BATCH / batch))
 
 
 def run_length(config: dict[str, Any], ctx: Context) -> None:
@@ -321,7 +322,7 @@ def standin_total(config: dict[str, Any], ctx: Context) -> None:
     twice a warmup of more steps than that: a total must leave room after the warmup). A warmup
     of steps before a constant lr (no total to set) becomes one step: the dry run's two batches
     could not hold the preset's."""
-    args = config["model"]["init_args"]
+    args = config["model"]["init_args"]["optim"]  # every module's optimisation group
     needs = args.get("lr_warmup_ratio", 0) > 0 or args.get("lr_schedule", "constant") != "constant"
     if needs and args.get("lr_total_steps") is None:
         args["lr_total_steps"] = max(STANDIN_TOTAL, 2 * int(args.get("lr_warmup_steps", 0)))
@@ -409,7 +410,7 @@ def test_each_mode_picks_its_fragment_and_accelerator(
             "precision": "bf16-mixed",
             "strategy": strategy,
         },
-        "model": {"init_args": {"model": "Qwen/Qwen3-8B", "lr": 1.0e-6}},
+        "model": {"init_args": {"model": "Qwen/Qwen3-8B", "optim": {"lr": 1.0e-6}}},
         "data": {"init_args": {"batch_size": 64}},
     }
     config = dry_run_config(composed, ctx)
@@ -487,7 +488,7 @@ def test_preset_dry_run(preset: Path, tmp_path: Path) -> None:
     problems += vllm_old_log_probs(composed)
     print("\n".join(["recipe problems:", *problems]) if problems else "recipe: holds")
 
-    args = composed["model"]["init_args"]
+    args = composed["model"]["init_args"]["optim"]
     batches = 2 if warmup_steps(args, args.get("lr_total_steps") or STANDIN_TOTAL) > 0 else 1
     ctx = Context(tmp_path, dry_fragment(fragment, device), batches, device)
     recompose = ctx.dry_fragment not in (None, fragment)  # the CPU twin instead of the header's
@@ -496,7 +497,5 @@ def test_preset_dry_run(preset: Path, tmp_path: Path) -> None:
     _needs(config)
     _, probe = dry_run(config, ctx.root)
     probe.check_state()
-    dry_args = config["model"]["init_args"]
-    if "lr_schedule" in dry_args:  # every module has the schedule settings
-        check_lr(dry_args, probe, batches)
+    check_lr(config["model"]["init_args"]["optim"], probe, batches)  # every module has it
     assert not problems, "\n".join([f"{rel} against {RECIPES.name}:", *problems])

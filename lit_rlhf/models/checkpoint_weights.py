@@ -76,15 +76,23 @@ def mismatch_error(
     if settings is None:
         differ = [k for k in own_hp if k in saved_hp and saved_hp[k] != own_hp[k]][:4]
         settings = differ or ["model"]
-    differ = [k for k in settings if saved_hp.get(k) != own_hp.get(k)] or list(settings)
+    differ = [k for k in settings if _get(saved_hp, k) != _get(own_hp, k)] or list(settings)
     pairs = ", ".join(
-        f"{k}: checkpoint {saved_hp.get(k)!r}, this module {own_hp.get(k)!r}" for k in differ
+        f"{k}: checkpoint {_get(saved_hp, k)!r}, this module {_get(own_hp, k)!r}" for k in differ
     )
     return ValueError(
         f"the weights in {where} are not this module's networks ({pairs}): {mismatch}. Fix: "
         f"configure the module as the checkpoint was trained ({', '.join(differ)}), or start a "
         "new run without this checkpoint."
     )
+
+
+def _get(hparams: Mapping[str, Any], key: str) -> Any:
+    """``hparams[key]``, where a dotted key (``lora.rank``) reads a settings group's field."""
+    value: Any = hparams
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
 
 
 def check_checkpoint_weights(

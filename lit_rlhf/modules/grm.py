@@ -23,36 +23,48 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import torch
 from lightning import Callback, LightningModule
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat
+from lit_rlhf.algos.judge import JudgeFormat
 from lit_rlhf.data.judge_templates import judge_template
 from lit_rlhf.data.prompts import render_chat_prompt
 from lit_rlhf.metrics import JudgeMetrics
-from lit_rlhf.models import load_tokenizer
-from lit_rlhf.models.loading import Dtype
-from lit_rlhf.models.lora import LoRASettings, check_quantize_supported
-from lit_rlhf.modules.judge_inference import Decision, Inference, JudgeInference
+from lit_rlhf.modules.judge_inference import Decision, JudgeInference
+from lit_rlhf.modules.ppo_setup import build_networks, check_fit_setup, refuse_set_fields
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.verdict import VerdictReward, gold_label
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine
+from lit_rlhf.settings import (
+    AdvantageSettings,
+    KLSettings,
+    LoRASettings,
+    MismatchSettings,
+    OptimSettings,
+    PolicyLossSettings,
+    PrecisionSettings,
+    RolloutSettings,
+    SettingsGroup,
+    UpdateSettings,
+    refuse_flat_arguments,
+    store_groups,
+)
+from lit_rlhf.settings.judge import JudgeSettings
 from lit_rlhf.training import (
     EpochEndLoaderReset,
     GlobalRNGState,
-    LRScheduleSettings,
     PolicyStep,
     PPOSettings,
     RewardTerm,
     RolloutCollector,
-    build_policy_networks,
-    check_trainable_precision,
 )
-from lit_rlhf.training.settings import module_setting_rules, refuse_out_of_range
+
+_OPTIM = OptimSettings(lr=1e-6, micro_batch_size=8)  # GenerativeRewardModule's defaults
+_ROLLOUT = RolloutSettings(samples_per_prompt=8)
 
 
+@refuse_flat_arguments
 class GenerativeRewardModule(LightningModule):
     """Args:
     mode: ``rft`` (gold labels), ``consistrm`` (label-free; needs the consistency callbacks) or
@@ -61,48 +73,29 @@ class GenerativeRewardModule(LightningModule):
     reward: overrides the default ``VerdictReward`` (gold for rft, format-only for consistrm).
     engine: generation engine (HF generate by default, the decode loop or vLLM).
     tokenizer: a tokenizer object; the CLI links the DataModule's.
-    samples_per_prompt: K rollouts per judge prompt (the GRPO group).
-    ppo_epochs, mini_batch_size, micro_batch_size, clip_low, clip_high, dual_clip, loss_agg,
-        scale_by_std: the GRPO update (see ``PPOModule``; ``mini_batch_size`` counts sequences,
-        prompts x ``samples_per_prompt``, per rank).
-    micro_batch_tokens: packed micro-batches of at most this many real tokens instead of
-        ``micro_batch_size`` sequences (see ``PPOModule``; null: padded micro-batches).
-    recompute_old_log_probs: recompute the rollout's log-probs with the trainer's forward pass
-        instead of the engine's (verl always does; set it with vLLM when a rollout gets more
-        than one optimizer step, since vLLM's numerics differ from the trainer's).
-    mismatch_correction, mismatch_cap, mismatch_low, mismatch_high: the correction for the
-        engine's log-probs against the trainer's (see ``PPOModule``; ``auto``: truncated
-        importance sampling with vLLM when the trainer's old log-probs exist).
-    kl_coef, kl_estimator: KL to the frozen starting judge, in the loss (0: no reference).
-    lr, weight_decay, max_grad_norm, dtype, gradient_checkpointing: optimisation (a 16-bit
-        ``dtype`` trains only under DeepSpeed's bf16 optimizer; otherwise float32 with
-        ``trainer.precision: bf16-mixed``: refused at setup, before any load).
-    reference_dtype: the frozen reference's dtype (None: ``dtype``); it may be 16-bit.
-    lora_rank, lora_alpha, lora_target_modules, lora_dropout: 0 = train every weight; > 0 =
-        peft LoRA adapters (the ``[lora]`` extra; arXiv 2106.09685) of this rank on
-        ``lora_target_modules`` (``all-linear``: every linear layer but the head), scaled by
-        ``lora_alpha / lora_rank``, with ``lora_dropout`` in [0, 1). The base is frozen and is the
-        KL's reference (the adapters switched off: no second model is loaded); checkpoints hold
-        the adapters only; vLLM serves the merged weights.
-    quantize: ``4bit`` loads the frozen base in NF4 with bf16 compute (QLoRA, arXiv
-        2305.14314; bitsandbytes on a CUDA GPU; needs ``lora_rank`` > 0); refused at setup on
-        a machine without CUDA or bitsandbytes. None: the base in ``dtype``.
-    lr_warmup_steps, lr_warmup_ratio, lr_schedule, min_lr_ratio, lr_interval, lr_total_steps: the
-        lr schedule (warmup, then constant / linear / cosine; once per rollout batch or per
-        optimizer step; see ``PPOModule``).
-    eval_samples: judge outputs per pair at validation / test / predict.
-    inference: ``single`` (needs ``eval_samples: 1``), ``majority`` or ``reflective`` (N >= 2);
-        default: ``single`` for one sample, else ``majority``.
-    critique_template: the analysis-preference template of reflective inference.
-    tags, subject: the judge output format (the reward and the evaluation parse it).
-    response_prefix: the assistant pre-fill the data module adds (its ``response_prefix``); it is
-        put back before each output when parsing.
-    response_suffix: a fixed ending put after each output when parsing, for a judge that
-        generates only the verdict word (with ``max_new_tokens: 1`` on the engine; see
-        ``configs/grm/rft_smollm2.yaml``).
-    seed: seeds the mini-batch shuffling.
-    max_consecutive_skips: non-finite optimizer steps are skipped (``fault/skipped_steps``); this
-        many in a row stop the run (see ``PPOModule``).
+    optim: AdamW, clipping, micro-batches, non-finite skips and the lr schedule
+        (:class:`~lit_rlhf.settings.OptimSettings`; lr 1e-6; one network, so
+        ``clip_per_network`` is refused).
+    precision: the judge's dtype, the frozen reference's and activation checkpointing
+        (:class:`~lit_rlhf.settings.PrecisionSettings`).
+    lora: LoRA / QLoRA adapters; the base is then the KL's reference
+        (:class:`~lit_rlhf.settings.LoRASettings`).
+    update: epochs, mini-batches (sequences, prompts x ``rollout.samples_per_prompt``, per rank),
+        token-budget micro-batches, recomputed old log-probs (verl always recomputes; set it with
+        vLLM when a rollout gets more than one optimizer step) and the shuffling seed, which also
+        orders reflective inference's analyses (:class:`~lit_rlhf.settings.UpdateSettings`).
+    rollout: K judge outputs per prompt (the GRPO group; 8) and DAPO's overlong handling
+        (:class:`~lit_rlhf.settings.RolloutSettings`; ``dynamic_sampling`` and
+        ``max_staleness`` are refused).
+    advantage: GRPO's group normalisation (:class:`~lit_rlhf.settings.AdvantageSettings`;
+        ``estimator`` grpo only, so ``whiten``, ``gamma`` and ``lam`` are refused).
+    loss: the clipped policy objective (:class:`~lit_rlhf.settings.PolicyLossSettings`).
+    mismatch: the correction for the engine's log-probs against the trainer's
+        (:class:`~lit_rlhf.settings.MismatchSettings`).
+    kl: the KL to the frozen starting judge (:class:`~lit_rlhf.settings.KLSettings`); its
+        ``coef`` seeds the plain attribute ``kl_coef``, which the AdaptiveKL callback rewrites.
+    judge: the output format (tags, subject, the pre-fill and suffix the parser puts back) and
+        the evaluation-time inference (:class:`~lit_rlhf.settings.judge.JudgeSettings`).
     """
 
     def __init__(
@@ -112,89 +105,67 @@ class GenerativeRewardModule(LightningModule):
         reward: RewardFunction | None = None,
         engine: GenerationEngine | None = None,
         tokenizer: Any = None,
-        samples_per_prompt: int = 8,
-        ppo_epochs: int = 1,
-        mini_batch_size: int | None = None,
-        micro_batch_size: int = 8,
-        micro_batch_tokens: int | None = None,
-        clip_low: float = 0.2,
-        clip_high: float = 0.2,
-        dual_clip: float | None = None,
-        loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean",
-        scale_by_std: bool = True,
-        recompute_old_log_probs: bool = False,
-        kl_coef: float = 0.0,
-        kl_estimator: Literal["k1", "k2", "k3"] = "k3",
-        lr: float = 1e-6,
-        weight_decay: float = 0.0,
-        max_grad_norm: float | None = 1.0,
-        lr_warmup_steps: int = 0,
-        lr_warmup_ratio: float = 0.0,
-        lr_schedule: Literal["constant", "linear", "cosine"] = "constant",
-        min_lr_ratio: float = 0.0,
-        lr_interval: Literal["batch", "optimizer_step"] = "batch",
-        lr_total_steps: int | None = None,
-        dtype: Dtype = "float32",
-        reference_dtype: Dtype | None = None,
-        gradient_checkpointing: bool = False,
-        eval_samples: int = 1,
-        inference: Inference | None = None,
-        critique_template: str = "reflectrm-critique-v1",
-        tags: tuple[str, ...] = JUDGE_TAGS,
-        subject: str = "Response",
-        response_prefix: str = "",
-        response_suffix: str = "",
-        seed: int = 0,
-        max_consecutive_skips: int = 5,
-        mismatch_correction: Literal["auto", "none", "tis", "mask"] = "auto",
-        mismatch_cap: float = 2.0,
-        mismatch_low: float = 0.5,
-        mismatch_high: float = 2.0,
-        lora_rank: int = 0,
-        lora_alpha: int = 16,
-        lora_target_modules: str | list[str] = "all-linear",
-        lora_dropout: float = 0.0,
-        quantize: Literal[None, "4bit"] = None,
+        optim: OptimSettings = _OPTIM,
+        precision: PrecisionSettings = PrecisionSettings(),
+        lora: LoRASettings = LoRASettings(),
+        update: UpdateSettings = UpdateSettings(),
+        rollout: RolloutSettings = _ROLLOUT,
+        advantage: AdvantageSettings = AdvantageSettings(),
+        loss: PolicyLossSettings = PolicyLossSettings(),
+        mismatch: MismatchSettings = MismatchSettings(),
+        kl: KLSettings = KLSettings(),
+        judge: JudgeSettings = JudgeSettings(),  # noqa: B008
     ) -> None:
         super().__init__()
+        self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
+        self.precision = PrecisionSettings.coerce(precision)
+        self.lora = LoRASettings.coerce(lora)
+        self.judge_settings = JudgeSettings.coerce(judge)
+        self.settings = PPOSettings(  # validates the combinations
+            update=UpdateSettings.coerce(update),
+            rollout=RolloutSettings.coerce(rollout, _ROLLOUT),
+            advantage=AdvantageSettings.coerce(advantage),
+            loss=PolicyLossSettings.coerce(loss),
+            mismatch=MismatchSettings.coerce(mismatch),
+            kl=KLSettings.coerce(kl),
+            optim=self.optim,
+        )
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
+        store_groups(self.hparams, self.groups())
+        self.kl_coef = float(self.settings.kl.coef)  # a plain attribute: AdaptiveKL rewrites it
+        _check_settings(self)
         self._init_core(reward, engine)
         self.tokenizer = tokenizer
-        self.kl_coef = float(kl_coef)
         self._init_state()
 
+    def groups(self) -> dict[str, SettingsGroup]:
+        """The settings groups by argument name (what ``hparams`` hold as dicts)."""
+        s = self.settings
+        return {
+            "optim": self.optim, "precision": self.precision, "lora": self.lora,
+            "update": s.update, "rollout": s.rollout, "advantage": s.advantage, "loss": s.loss,
+            "mismatch": s.mismatch, "kl": s.kl, "judge": self.judge_settings,
+        }  # fmt: skip
+
     def _init_core(self, reward: RewardFunction | None, engine: GenerationEngine | None) -> None:
-        """Validated settings (before any model loads), the judge's format and inference, and
-        the shared core's rollout and GRPO update."""
-        hp = self.hp
-        _check_settings(hp)
-        self.settings = PPOSettings.from_hparams({**hp, "advantage": "grpo"})
-        self.lr_settings = LRScheduleSettings.from_hparams(hp)  # validates
-        self.lora = LoRASettings.from_hparams(hp)
-        self.lora.check()  # quantize needs adapters
+        """The judge's format and inference, and the shared core's rollout and GRPO update."""
+        judge = self.judge_settings
         self.judge_format = JudgeFormat(
-            tuple(hp.tags), hp.subject, hp.response_prefix, hp.response_suffix
+            judge.tags, judge.subject, judge.response_prefix, judge.response_suffix
         )
         self.automatic_optimization = False
         self.engine: GenerationEngine = engine or HFGenerationEngine()
-        self.rollouts = RolloutCollector(self.engine, self._judge_reward(reward, hp.mode))
+        self.rollouts = RolloutCollector(self.engine, self._judge_reward(reward, self.hp.mode))
         self.inference = JudgeInference(
             self.engine,
             self.judge_format,
-            mode=hp.inference or ("single" if hp.eval_samples == 1 else "majority"),
-            samples=hp.eval_samples,
-            critique_template=hp.critique_template,
-            seed=hp.seed,
+            mode=judge.mode,
+            samples=judge.eval_samples,
+            critique_template=judge.critique_template,
+            seed=self.settings.update.seed,
         )
         self.critiques_seen = 0
-        self.rl = PolicyStep(
-            self.settings,
-            self.rollouts,
-            max_grad_norm=hp.max_grad_norm,
-            seed=hp.seed,
-            max_consecutive_skips=hp.max_consecutive_skips,
-            lr_schedule=self.lr_settings,
-        )
+        self.rl = PolicyStep(self.settings, self.rollouts)
 
     def _init_state(self) -> None:
         """Networks (built in ``configure_model``), counters and evaluation metrics."""
@@ -220,7 +191,7 @@ class GenerativeRewardModule(LightningModule):
             raise ValueError(
                 f"the reward reads judge outputs as {reward.format}, but the module evaluates "
                 f"them as {fmt}. Fix: give the module the same tags, subject, "
-                "response_prefix and response_suffix as the reward (tags/subject/prefix/suffix)."
+                "response_prefix and response_suffix as the reward (model.init_args.judge)."
             )
         return reward
 
@@ -231,8 +202,7 @@ class GenerativeRewardModule(LightningModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the data against the update and the context, before models load
-            check_trainable_precision(self.trainer, {"dtype": self.hp.dtype})
-            check_quantize_supported(self.lora.quantize)  # before the 4-bit base loads
+            check_fit_setup(self)
             self._require_reward_terms()
             self.rl.check_data(self)
 
@@ -241,18 +211,7 @@ class GenerativeRewardModule(LightningModule):
         self.rl.step_optimizer.configure(strategy)
         if self.policy is not None:
             return
-        hp = self.hp
-        if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(hp.model)
-        nets = build_policy_networks(
-            hp.model,
-            strategy=strategy,
-            dtype=hp.dtype,
-            reference_dtype=hp.reference_dtype,
-            reference=self.kl_coef > 0,
-            gradient_checkpointing=hp.gradient_checkpointing,
-            lora=self.lora,
-        )
+        nets = build_networks(self, strategy)
         self.policy, self.ref_policy = nets.policy, nets.ref_policy
 
     def export_network(self) -> tuple[Any, Any]:
@@ -262,7 +221,7 @@ class GenerativeRewardModule(LightningModule):
 
     def configure_optimizers(self) -> Any:
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=self.hp.lr, weight_decay=self.hp.weight_decay)
+        return self.rl.step_optimizer.adamw(params)
 
     def _require_reward_terms(self) -> None:
         terms = [c for c in self.trainer.callbacks if isinstance(c, RewardTerm)]  # type: ignore[attr-defined]
@@ -369,14 +328,31 @@ class GenerativeRewardModule(LightningModule):
         self.critiques_seen = checkpoint.get("lit_rlhf", {}).get("critiques_seen", 0)
 
 
-def _check_settings(hp: Any) -> None:
-    """The module's own settings (the update's are checked by ``PPOSettings``)."""
-    if hp.mode not in ("rft", "consistrm", "reflectrm"):
-        raise ValueError(f"mode must be 'rft', 'consistrm' or 'reflectrm', got {hp.mode!r}")
-    if judge_template(hp.critique_template).subject != "Critique":
+def _check_settings(module: GenerativeRewardModule) -> None:
+    """The module's own settings, and the group fields it would not read."""
+    mode = module.hp.mode
+    if mode not in ("rft", "consistrm", "reflectrm"):
+        raise ValueError(f"mode must be 'rft', 'consistrm' or 'reflectrm', got {mode!r}")
+    template = module.judge_settings.critique_template
+    if judge_template(template).subject != "Critique":
         raise ValueError(
-            f"critique_template {hp.critique_template!r} compares responses. Fix: use a "
-            "critique template, e.g. reflectrm-critique-v1."
+            f"judge.critique_template {template!r} compares responses. Fix: use a critique "
+            "template, e.g. reflectrm-critique-v1."
         )
-    rules = [*module_setting_rules(hp), ("eval_samples", hp.eval_samples >= 1, ">= 1")]
-    refuse_out_of_range(rules, hp)
+    name, s = "GenerativeRewardModule", module.settings
+    if s.advantage.estimator != "grpo":
+        raise ValueError(
+            f"advantage.estimator={s.advantage.estimator!r}: GenerativeRewardModule trains with "
+            "GRPO's group baseline (it has no critic). Fix: leave advantage.estimator: grpo."
+        )
+    refuse_set_fields(name, s.advantage, ("whiten", "gamma", "lam"), "they are GAE's",
+                      "remove them.")  # fmt: skip
+    refuse_set_fields(
+        name, s.rollout, ("dynamic_sampling", "dynamic_sampling_max_rounds", "max_staleness"),
+        "its training step neither resamples groups nor generates ahead",
+        "remove them (PPOModule has both).",
+    )  # fmt: skip
+    refuse_set_fields(name, module.optim, ("clip_per_network",), "it trains one network",
+                      "leave optim.clip_per_network false.")  # fmt: skip
+    module.lora.check_reference_dtype(module.precision.reference_dtype, separate=False)
+    module.precision.refuse_unread(name, reference=module.kl_coef > 0, checkpointing=True)

@@ -24,6 +24,7 @@ from lit_rlhf.algos import (
     rloo_advantages,
     token_level_rewards,
 )
+from lit_rlhf.settings import AdvantageSettings
 from lit_rlhf.training.packing import rollout_critic_values, rollout_forward
 from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import CriticTargets, Experience, Rollout
@@ -47,19 +48,19 @@ def build_experience(
     ``use_current_as_old``: the rollout gets one update, whose own detached log-probs are the old
     ones; if the engine returned none they are written into the experience during that update
     (``Experience.old_from_update``). Otherwise the engine's log-probs are used, or recomputed
-    with a forward pass when ``settings.recompute_old_log_probs``. ``reference_mode``: the
+    with a forward pass when ``update.recompute_old_log_probs``. ``reference_mode``: the
     context the reference forward runs in (under LoRA ``ref_policy`` is the policy itself and
     this switches its adapters off).
     """
-    budget = settings.micro_batch_tokens  # packed forwards of this many tokens (None: padded)
+    budget = settings.packed  # packed forwards of this many tokens (None: padded)
     old = rollout.sample_log_probs
-    value_head = critic is not None and settings.critic == "value_head"
+    value_head = critic is not None and settings.value_head
     values = None
-    if settings.recompute_old_log_probs or value_head:
+    if settings.recompute or value_head:
         log_probs, hidden = rollout_forward(
             policy, rollout, budget, temperature=temperature, with_hidden=value_head
         )
-        old = log_probs if settings.recompute_old_log_probs else old
+        old = log_probs if settings.recompute else old
         if value_head and critic is not None and hidden is not None:
             values = critic(hidden).float()
     if critic is not None and not value_head:
@@ -73,7 +74,7 @@ def build_experience(
             "several updates per rollout need the rollout's log-probs, but the engine returned "
             "none. Fix: call generate(..., log_probs=True) or set recompute_old_log_probs."
         )
-    kl_reward = kl_coef if settings.kl_in == "reward" else 0.0
+    kl_reward = kl_coef if settings.kl_in_reward else 0.0
     advantages, returns = compute_advantages(
         rollout, settings, old_log_probs=old, ref_log_probs=ref, values=values, kl_coef=kl_reward
     )
@@ -110,25 +111,29 @@ def compute_advantages(
                 "a KL penalty in the reward needs the rollout's log-probs before the update, but "
                 "the engine returned none. Fix: call generate(..., log_probs=True)."
             )
-        kl = kl_penalty(old_log_probs, ref_log_probs, estimator=settings.kl_estimator)
+        kl = kl_penalty(old_log_probs, ref_log_probs, estimator=settings.kl.estimator)
         kl = kl.masked_fill(~mask, 0.0)
-    if settings.advantage == "gae":
+    adv_settings = settings.advantage
+    estimator, gamma = adv_settings.estimator, adv_settings.gamma
+    if estimator == "gae":
         if values is None:
             raise ValueError("advantage='gae' needs critic values: pass the critic")
         rewards = _token_rewards(rollout, mask)
         if kl is not None:
             rewards = rewards - kl_coef * kl
-        adv, returns = gae(rewards, values, mask, gamma=settings.gamma, lam=settings.lam)
-        return (masked_whiten(adv, mask) if settings.whiten_advantages else adv), returns
-    if settings.advantage in ("reinforce_pp", "reinforce_pp_baseline"):
-        baseline = settings.advantage == "reinforce_pp_baseline"
+        adv, returns = gae(rewards, values, mask, gamma=gamma, lam=adv_settings.lam)
+        return (masked_whiten(adv, mask) if adv_settings.whiten else adv), returns
+    if estimator in ("reinforce_pp", "reinforce_pp_baseline"):
+        baseline = estimator == "reinforce_pp_baseline"
         adv = reinforce_pp_advantages(
-            rollout.scores, mask, kl=kl, kl_coef=kl_coef, gamma=settings.gamma,
+            rollout.scores, mask, kl=kl, kl_coef=kl_coef, gamma=gamma,
             group_ids=rollout.group_ids if baseline else None,
         )  # fmt: skip
         return adv, None
     scores = rollout.scores if kl is None else rollout.scores - kl_coef * kl.sum(1)
-    return _group_advantages(scores, rollout.group_ids, settings)[:, None] * mask, None
+    return _group_advantages(scores, rollout.group_ids, estimator, adv_settings)[
+        :, None
+    ] * mask, None
 
 
 def _agent_tokens(rollout: Rollout) -> Tensor:
@@ -149,15 +154,17 @@ def _token_rewards(rollout: Rollout, mask: Tensor) -> Tensor:
     return rewards.scatter_add(1, ends.clamp(min=0), turns.masked_fill(~taken, 0.0))
 
 
-def _group_advantages(scores: Tensor, group_ids: Tensor, settings: PPOSettings) -> Tensor:
-    if settings.advantage == "grpo":
+def _group_advantages(
+    scores: Tensor, group_ids: Tensor, estimator: str, settings: AdvantageSettings
+) -> Tensor:
+    if estimator == "grpo":
         return group_advantages(
-            scores, group_ids, scale_by_std=settings.scale_by_std, eps=settings.advantage_eps
+            scores, group_ids, scale_by_std=settings.scale_by_std, eps=settings.eps
         )
-    if settings.advantage == "rloo":
+    if estimator == "rloo":
         return rloo_advantages(scores, group_ids)
     raise ValueError(
-        f"unknown advantage {settings.advantage!r}; expected gae, grpo, rloo, reinforce_pp or "
+        f"unknown advantage.estimator {estimator!r}; expected gae, grpo, rloo, reinforce_pp or "
         "reinforce_pp_baseline"
     )
 

@@ -8,14 +8,14 @@ update trains on are exactly the ones the engine sampled, with the engine's log-
 
 Budgets and the cut rule: each engine call is capped at the largest remaining turn budget of
 its episodes (the engines' per-call ``max_new_tokens``); an agent turn that ends without an
-end-of-sequence token (it hit the engine's ``max_new_tokens``, ``max_turn_tokens`` or the
-episode's remaining ``max_episode_tokens``), or an environment turn that does not fit in
-``max_episode_tokens``, cuts the episode there (``Rollout.cut``). A cut episode is left out of
-the loss (its score still enters the group baseline) or, with ``budget_penalty`` set, scored that
-value and trained on.
-An episode also ends when the environment says ``done`` or after ``max_turns`` agent turns.
+end-of-sequence token (it hit the engine's ``max_new_tokens``, ``env.max_turn_tokens`` or the
+episode's remaining ``env.max_episode_tokens``), or an environment turn that does not fit in
+``env.max_episode_tokens``, cuts the episode there (``Rollout.cut``). A cut episode is left out
+of the loss (its score still enters the group baseline) or, with ``env.budget_penalty`` set,
+scored that value and trained on.
+An episode also ends when the environment says ``done`` or after ``env.max_turns`` agent turns.
 
-Faults: an environment step that raises, or runs past ``env_step_timeout`` seconds, is answered
+Faults: an environment step that raises, or runs past ``env.step_timeout`` seconds, is answered
 with an ``<error>`` observation and counted (``env/faults``); so is a bad tool call the
 environment reports (``StepResult.fault``). The run goes on. After a step that timed out, and
 after a ``reset`` that raised or timed out (one fault), the episode's environment is not called
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,43 +39,10 @@ from torch import Tensor, nn
 from lit_rlhf.envs.base import StepResult, check_environment
 from lit_rlhf.envs.tools import error_text
 from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.settings import EnvironmentSettings
 from lit_rlhf.types import GenerationOutput
 
 _UNLIMITED = 1 << 30  # no per-turn budget
-
-
-@dataclass(frozen=True)
-class MultiTurnSettings:
-    """The episode limits (see the module docstring for the cut rule)."""
-
-    max_turns: int = 2  # agent turns per episode
-    max_turn_tokens: int | None = None  # tokens per agent turn (None: the engine's cap)
-    max_episode_tokens: int | None = None  # response tokens of all turns, agent + environment
-    env_step_timeout: float = 5.0  # seconds per environment step
-    budget_penalty: float | None = None  # None: a cut episode is masked; else its score
-
-    def check(self) -> None:
-        rules = [
-            ("max_turns", self.max_turns >= 1, ">= 1"),
-            ("max_turn_tokens", self.max_turn_tokens is None or self.max_turn_tokens >= 1, ">= 1"),
-            (
-                "max_episode_tokens",
-                self.max_episode_tokens is None or self.max_episode_tokens >= 2,
-                ">= 2",
-            ),
-            ("env_step_timeout", 0 < self.env_step_timeout < math.inf, "> 0 seconds, finite"),
-            (
-                "budget_penalty",
-                self.budget_penalty is None or math.isfinite(self.budget_penalty),
-                "finite or null (null: cut episodes are masked)",
-            ),
-        ]
-        for name, ok, want in rules:
-            if not ok:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is out of range. Fix: set "
-                    f"model.init_args.{name} {want}."
-                )
 
 
 @dataclass
@@ -110,11 +76,14 @@ class MultiTurnOutput:
 class MultiTurnRollout:
     """Runs episodes of ``environment`` (a prototype copied per episode) with any engine."""
 
-    def __init__(self, environment: Any, settings: MultiTurnSettings) -> None:
+    def __init__(self, environment: Any, settings: EnvironmentSettings) -> None:
         check_environment(environment)
-        settings.check()
         self.environment = environment
-        self.settings = settings
+        self.settings = settings  # validated when built
+        self.timeout, self.max_turns = settings.step_timeout, settings.max_turns
+        self.turn_tokens = settings.max_turn_tokens
+        self.episode_tokens = settings.max_episode_tokens
+        self.budget_penalty = settings.budget_penalty
         self._roles: dict[int, str] = {}  # id(tokenizer) -> the role environment turns use
 
     def generate(
@@ -133,12 +102,12 @@ class MultiTurnRollout:
         episodes = []
         for ids, mask, row in zip(prompt_ids, prompt_mask.bool(), rows, strict=True):
             ep = _Episode(ids[mask].tolist(), copy.deepcopy(self.environment))
-            _, failure = _guarded(ep.env.reset, row, timeout=self.settings.env_step_timeout)
+            _, failure = _guarded(ep.env.reset, row, timeout=self.timeout)
             if failure is not None:  # the episode runs; its first step answers with the error
                 ep.faults += 1
                 ep.env = _Unavailable(f"its reset {failure}")
             episodes.append(ep)
-        for _ in range(self.settings.max_turns):
+        for _ in range(self.max_turns):
             active = [ep for ep in episodes if not ep.done]
             if not active:
                 break
@@ -182,10 +151,10 @@ class MultiTurnRollout:
                 ep.cut = ep.done = True
 
     def _turn_budget(self, ep: _Episode) -> int:
-        s = self.settings
-        budget = s.max_turn_tokens if s.max_turn_tokens is not None else _UNLIMITED
-        if s.max_episode_tokens is not None:
-            budget = min(budget, s.max_episode_tokens - len(ep.ids))
+        turn, episode = self.turn_tokens, self.episode_tokens
+        budget = turn if turn is not None else _UNLIMITED
+        if episode is not None:
+            budget = min(budget, episode - len(ep.ids))
         return max(budget, 0)
 
     def _environment_turn(self, ep: _Episode, tokenizer: Any) -> None:
@@ -194,18 +163,18 @@ class MultiTurnRollout:
         start = ep.turn_ends[-2] + 1 if len(ep.turn_ends) > 1 else 0
         turn = [t for t, a in zip(ep.ids[start:], ep.agent[start:], strict=True) if a]
         result = guarded_step(ep.env, tokenizer.decode(turn, skip_special_tokens=True),
-                              timeout=self.settings.env_step_timeout)  # fmt: skip
+                              timeout=self.timeout)  # fmt: skip
         ep.turn_rewards[-1] = float(result.reward)
         ep.faults += result.fault is not None
         if result.fault == "timeout":  # never step it again: the step may still be running
             ep.env = _Unavailable("a step timed out")
         ep.tool_calls += bool(result.tool_call)
-        if result.done or len(ep.turn_ends) >= self.settings.max_turns:
+        if result.done or len(ep.turn_ends) >= self.max_turns:
             ep.done = True
             return
         obs = tokenizer(self.render(tokenizer, result.observation), add_special_tokens=False)
         obs_ids = list(obs["input_ids"])
-        limit = self.settings.max_episode_tokens
+        limit = self.episode_tokens
         if limit is not None and len(ep.ids) + len(obs_ids) >= limit:  # no room for a turn
             ep.cut = ep.done = True
             return
@@ -247,7 +216,7 @@ class MultiTurnRollout:
     def _output(
         self, episodes: list[_Episode], tokenizer: Any, device: Any, log_probs: bool
     ) -> MultiTurnOutput:
-        pad, k = tokenizer.pad_token_id, self.settings.max_turns
+        pad, k = tokenizer.pad_token_id, self.max_turns
         width = max(1, *(len(ep.ids) for ep in episodes))
 
         def padded(values: list[Any], fill: Any) -> list[Any]:

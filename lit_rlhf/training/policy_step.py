@@ -26,7 +26,6 @@ from lit_rlhf.models.lora import is_lora
 from lit_rlhf.training.dynamic_sampling import DynamicSampler
 from lit_rlhf.training.experience import build_experience, experience_stats
 from lit_rlhf.training.frozen import FrozenModules, drop_frozen_weights, restore_frozen_weights
-from lit_rlhf.training.lr_schedule import LRScheduleSettings
 from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.overlap import OverlappedRollouts, unused_queue_warning
 from lit_rlhf.training.ppo_update import PPOUpdate
@@ -35,65 +34,52 @@ from lit_rlhf.training.rollouts import RolloutCollector, rollout_stats
 from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import Experience, Rollout
 
-# the module settings that decide which networks a checkpoint's weights belong to
+# the module settings (hparams, dotted into a group) that decide which networks a checkpoint's
+# weights belong to
 _NETWORK_SETTINGS = (
     "model",
-    "advantage",
-    "critic",
-    "critic_model",
-    "lora_rank",
-    "lora_target_modules",
+    "advantage.estimator",
+    "critic.kind",
+    "critic.model",
+    "lora.rank",
+    "lora.target_modules",
 )
 
 
 class PolicyStep:
     """Args:
-    settings: the update's settings.
+    settings: the update's settings (the groups; their ``optim`` also gives the optimizer
+        step: clipping, per-network clipping, skips of non-finite steps and the lr schedule,
+        :meth:`OptimizerStep.from_settings`, checkpointed through :meth:`save`).
     collector: engine + reward (+ the trainer's reward-term callbacks).
-    max_grad_norm: gradient clipping (None: off).
-    clip_grad_per_group: clip each param group (network) to ``max_grad_norm`` on its own
-        (:class:`OptimizerStep`); default: the joint norm.
-    seed: seeds the mini-batch shuffling (checkpointed through ``state_dict``).
-    max_consecutive_skips: non-finite optimizer steps in a row that stop the run
-        (:class:`OptimizerStep`; its skip counters are checkpointed).
-    lr_schedule: the learning-rate schedule (None: constant); once per rollout batch or per
-        optimizer step (``lr_interval``), checkpointed with the optimizer step's counters.
     """
 
-    def __init__(
-        self,
-        settings: PPOSettings,
-        collector: RolloutCollector,
-        *,
-        max_grad_norm: float | None,
-        seed: int = 0,
-        max_consecutive_skips: int = 5,
-        lr_schedule: LRScheduleSettings | None = None,
-        clip_grad_per_group: bool = False,
-    ) -> None:
+    def __init__(self, settings: PPOSettings, collector: RolloutCollector) -> None:
         self.settings = settings
         self.collector = collector
-        self.step_optimizer = OptimizerStep(
-            max_grad_norm=max_grad_norm,
+        rollout = settings.rollout
+        k = rollout.max_staleness  # one-step-off: rollouts generated beside the update
+        self.step_optimizer = OptimizerStep.from_settings(
+            settings.optim,
             norm_key="ppo/grad_norm",
-            max_consecutive_skips=max_consecutive_skips,
-            lr_schedule=lr_schedule,
-            clip_grad_per_group=clip_grad_per_group,
-            lr_idle_batches=settings.max_staleness,  # the first k batches only generate
+            lr_idle_batches=k,  # the first k batches only generate
         )
-        self.shuffle = torch.Generator().manual_seed(seed)
+        self.shuffle = torch.Generator().manual_seed(settings.update.seed)
         self.frozen = FrozenModules("ref_policy")
         self.logged_keys: set[str] = set()  # every step metric logged so far
         self.mismatch = resolve_mismatch(settings, collector.engine)
         self.sampler = (
-            DynamicSampler(settings.dynamic_sampling_max_rounds)
-            if settings.dynamic_sampling
+            DynamicSampler(rollout.dynamic_sampling_max_rounds)
+            if rollout.dynamic_sampling
             else None
         )
-        self.norm_length = _norm_length(settings, collector.engine)
-        k = settings.max_staleness  # one-step-off: rollouts generated beside the update
+        self.norm_length = settings.norm_length(collector.engine)
         self.overlap = OverlappedRollouts(k) if k > 0 else None
         self._overlapping = False  # the engine's weight sync waits for the worker
+        self.overlong_buffer = rollout.overlong_buffer
+        self.overlong_factor = rollout.overlong_penalty_factor
+        self.overlong_filter = rollout.overlong_filter
+        self.samples_per_prompt = rollout.samples_per_prompt
 
     def check_data(self, module: Any) -> None:
         """``LightningModule.setup`` (before ``configure_model`` loads any network): the data's
@@ -107,12 +93,12 @@ class PolicyStep:
             self.overlap.check(module.trainer, self.collector.engine)
         longest = getattr(data, "longest_prompt", 0)
         new_tokens = getattr(self.collector.engine, "max_new_tokens", None)
-        buffer = self.settings.overlong_buffer
+        buffer = self.overlong_buffer
         if buffer is not None and isinstance(new_tokens, int) and buffer > new_tokens:
             raise ValueError(
-                f"overlong_buffer={buffer} is longer than the engine's max_new_tokens="
+                f"rollout.overlong_buffer={buffer} is longer than the engine's max_new_tokens="
                 f"{new_tokens}: the soft overlong penalty would start before the first token. "
-                "Fix: set overlong_buffer below max_new_tokens (DAPO: 4096 of 20480)."
+                "Fix: set rollout.overlong_buffer below max_new_tokens (DAPO: 4096 of 20480)."
             )
         if not (isinstance(longest, int) and longest > 0 and isinstance(new_tokens, int)):
             return
@@ -130,7 +116,7 @@ class PolicyStep:
         """G sampled responses per prompt, scored by the reward and the reward-term callbacks
         (and DAPO's soft overlong penalty when ``overlong_buffer`` is set). The engine is asked
         for the sampled tokens' log-probs only if something reads them."""
-        g = self.settings.samples_per_prompt
+        g = self.samples_per_prompt
         rollout = self.collector.collect(
             module.policy,
             module.tokenizer,
@@ -149,7 +135,7 @@ class PolicyStep:
         the queue fills); on exit the new rollout is scored and queued and the engine serves the
         updated weights (:mod:`lit_rlhf.training.overlap`)."""
         assert self.overlap is not None
-        g = self.settings.samples_per_prompt
+        g = self.samples_per_prompt
         collector, tokenizer = self.collector, module.tokenizer
 
         def generate(model: Any) -> Any:
@@ -174,11 +160,11 @@ class PolicyStep:
 
     def _penalized(self, rollout: Rollout) -> Rollout:
         """DAPO's soft overlong penalty added to the scores (``overlong_buffer`` set)."""
-        buffer = self.settings.overlong_buffer
+        buffer = self.overlong_buffer
         if buffer is not None:
             penalty = overlong_penalty(
                 rollout.response_mask.sum(1), max_length=self._max_new_tokens(), buffer=buffer,
-                factor=self.settings.overlong_penalty_factor,
+                factor=self.overlong_factor,
             ).to(rollout.scores)  # fmt: skip
             rollout.scores = rollout.scores + penalty
             rollout.term_stats["rollout/overlong_penalty"] = penalty.mean()
@@ -205,9 +191,9 @@ class PolicyStep:
         ``rollout/kl``, the KL controller)."""
         if self.mismatch != "none":
             return True
-        if self.settings.recompute_old_log_probs:
+        if self.settings.recompute:
             return False  # build_experience computes them with the training forward
-        kl_in_reward = module.kl_coef > 0 and self.settings.kl_in == "reward"
+        kl_in_reward = module.kl_coef > 0 and self.settings.kl_in_reward
         return kl_in_reward or not self.settings.single_update(n)
 
     def prepare(self, module: Any, rollout: Rollout) -> Experience:
@@ -226,10 +212,10 @@ class PolicyStep:
             use_current_as_old=self.settings.single_update(len(rollout)),
             reference_mode=reference_mode,
         )
-        if self.settings.overlong_filter:
+        if self.overlong_filter:
             experience.loss_mask = ~self.truncated(module, rollout)
         multiturn = getattr(self.collector, "multiturn", None)
-        if rollout.cut is not None and multiturn and multiturn.settings.budget_penalty is None:
+        if rollout.cut is not None and multiturn and multiturn.budget_penalty is None:
             kept = ~rollout.cut
             loss_mask = experience.loss_mask
             experience.loss_mask = kept if loss_mask is None else loss_mask & kept
@@ -263,9 +249,9 @@ class PolicyStep:
         cap = getattr(self.collector.engine, "max_new_tokens", None)
         if not isinstance(cap, int):
             raise ValueError(
-                "overlong_buffer penalises lengths near the engine's max_new_tokens, but the "
-                f"engine {type(self.collector.engine).__name__} has none. Fix: set "
-                "overlong_buffer: null, or use an engine with max_new_tokens."
+                "rollout.overlong_buffer penalises lengths near the engine's max_new_tokens, but "
+                f"the engine {type(self.collector.engine).__name__} has none. Fix: set "
+                "rollout.overlong_buffer: null, or use an engine with max_new_tokens."
             )
         return cap
 
@@ -383,27 +369,14 @@ class PolicyStep:
 
 
 def resolve_mismatch(settings: PPOSettings, engine: Any) -> str:
-    """``mismatch_correction`` for this engine: ``auto`` is ``tis`` for an engine whose
+    """``mismatch.correction`` for this engine: ``auto`` is ``tis`` for an engine whose
     log-probs come from its own kernels (``separate_numerics``, e.g. vLLM) or with
-    ``max_staleness`` > 0 (samples from older weights), when the trainer's old log-probs exist
-    (one update per rollout, or ``recompute_old_log_probs``), else ``none``."""
-    chosen = settings.mismatch_correction
+    ``rollout.max_staleness`` > 0 (samples from older weights), when the trainer's old log-probs
+    exist (one update per rollout, or ``update.recompute_old_log_probs``), else ``none``."""
+    chosen = settings.mismatch.correction
     if chosen != "auto":
         return chosen
     # one-step-off samples come from older weights: the decoupled objective's weight is TIS's
-    separate = bool(getattr(engine, "separate_numerics", False)) or settings.max_staleness > 0
+    stale = settings.rollout.max_staleness > 0
+    separate = bool(getattr(engine, "separate_numerics", False)) or stale
     return "tis" if separate and settings.trainer_old_log_probs else "none"
-
-
-def _norm_length(settings: PPOSettings, engine: Any) -> int | None:
-    """The constant of ``loss_agg: seq_mean_token_sum_norm``: ``loss_norm_length``, else the
-    engine's ``max_new_tokens``."""
-    if settings.loss_agg != "seq_mean_token_sum_norm":
-        return None
-    length = settings.loss_norm_length or getattr(engine, "max_new_tokens", None)
-    if not isinstance(length, int):
-        raise ValueError(
-            "loss_agg='seq_mean_token_sum_norm' divides by the maximum response length, but the "
-            f"engine {type(engine).__name__} has no max_new_tokens. Fix: set loss_norm_length."
-        )
-    return length

@@ -88,7 +88,7 @@ class PPOUpdate:
 
     Args:
         policy: the policy network being trained. critic: the critic (GAE only), a separate
-            network or a value head over the policy's hidden states (``settings.critic``).
+            network or a value head over the policy's hidden states (``critic.kind``).
         settings: the update's :class:`PPOSettings`.
         experience: the prepared rollout.
         temperature: the sampling temperature (log-probs are taken under the same distribution).
@@ -98,13 +98,13 @@ class PPOUpdate:
         use_current_as_old: the current policy's detached log-probs are the old ones (valid when
             the experience gets exactly one update, before which the weights did not change).
         step: the rollout step this update belongs to.
-        mismatch: the correction for the engine's log-probs (``settings.mismatch_correction``
-            resolved for the engine): ``tis`` weights each token's policy loss by
-            ``min(pi_old / mu, mismatch_cap)``, ``mask`` drops the tokens whose ratio leaves
-            ``[mismatch_low, mismatch_high]``, ``none`` leaves it; whenever the rollout holds the
-            engine's log-probs the mismatch is logged (``rollout/mismatch_*``).
-        norm_length: the constant of ``loss_agg: seq_mean_token_sum_norm`` (the settings'
-            ``loss_norm_length``, else the engine's ``max_new_tokens``).
+        mismatch: the correction for the engine's log-probs (``mismatch.correction`` resolved
+            for the engine): ``tis`` weights each token's policy loss by ``min(pi_old / mu,
+            mismatch.cap)``, ``mask`` drops the tokens whose ratio leaves ``[mismatch.low,
+            mismatch.high]``, ``none`` leaves it; whenever the rollout holds the engine's
+            log-probs the mismatch is logged (``rollout/mismatch_*``).
+        norm_length: the constant of ``loss.loss_agg: seq_mean_token_sum_norm`` (
+            ``loss.loss_norm_length``, else the engine's ``max_new_tokens``).
     """
 
     def __init__(
@@ -147,7 +147,7 @@ class PPOUpdate:
         generator: torch.Generator,
         after_step: Callable[[], None] = lambda: None,
     ) -> dict[str, Tensor]:
-        """``settings.ppo_epochs`` passes over shuffled mini-batches of the experience, one
+        """``update.ppo_epochs`` passes over shuffled mini-batches of the experience, one
         ``step`` (an :class:`OptimizerStep`) each, then ``after_step`` (e.g. the engine's weight
         sync); returns the mean of every recorded diagnostic. Each step is told its place among
         the update's steps (the lr schedule's ``lr_interval: batch`` counts the update once)."""
@@ -163,9 +163,10 @@ class PPOUpdate:
         self.read_logits = loss_terms_read_logits(getattr(module, "_trainer", None))
         strategy = getattr(getattr(module, "_trainer", None), "strategy", None)
         self.zero3 = is_deepspeed(strategy) and bool(getattr(strategy, "zero_stage_3", False))
-        steps = self.settings.ppo_epochs * math.ceil(n / size)
+        epochs = self.settings.update.ppo_epochs
+        steps = epochs * math.ceil(n / size)
         done = 0
-        for _ in range(self.settings.ppo_epochs):
+        for _ in range(epochs):
             for index in self._minibatches(n, size, generator):
                 micro = self.micro_batches(index, by_task=by_task)
                 where = (done, steps)
@@ -178,7 +179,7 @@ class PPOUpdate:
 
     def _minibatches(self, n: int, size: int, generator: torch.Generator) -> list[Tensor]:
         """Shuffled mini-batches: of rows (padded path), of whole prompt groups (packing)."""
-        if self.settings.micro_batch_tokens is None:
+        if self.settings.packed is None:
             return list(minibatches(n, size, generator=generator))
         return group_minibatches(self.experience.rollout.group_ids.cpu(), size, generator=generator)
 
@@ -203,15 +204,15 @@ class PPOUpdate:
             for task, rows in parts
             for micro in self._split(rows)
         ]
-        if self.settings.micro_batch_tokens is None:
+        if self.settings.packed is None:
             return out
         extra = agree_max(len(out), n_tokens.device) - len(out)
         return out + [out[0]._replace(rows=out[0].rows[:1], padding=True)] * extra
 
     def _split(self, rows: Tensor) -> list[Tensor]:
-        budget = self.settings.micro_batch_tokens
+        budget = self.settings.packed
         if budget is None:
-            return list(rows.split(self.settings.micro_batch_size))
+            return list(rows.split(self.settings.optim.micro_batch_size or len(rows)))
         ro = self.experience.rollout
         return plan_token_budget(rows, row_tokens(ro)[rows], ro.group_ids.cpu()[rows], budget)
 
@@ -238,7 +239,7 @@ class PPOUpdate:
         if fwd.full_vocab is not None:
             ctx._full_vocab = fwd.full_vocab
         extra, extra_stats = self.loss_terms(ctx)
-        agg = partial(aggregate_loss, mode=s.loss_agg, norm_length=self.norm_length)
+        agg = partial(aggregate_loss, mode=s.aggregation, norm_length=self.norm_length)
         loss = agg(per_token + extra, mask, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs)
         self._record("ppo/policy_loss", agg(pg, mask))
         if fwd.values is not None:
@@ -253,9 +254,9 @@ class PPOUpdate:
         ro = self.experience.rollout
         p_ids, p_mask = ro.prompt_ids[micro][:, pcols], ro.prompt_mask[micro][:, pcols]
         r_ids, r_mask = ro.response_ids[micro][:, rcols], ro.response_mask[micro][:, rcols]
-        value_head = self.critic is not None and self.settings.critic == "value_head"
+        value_head = self.critic is not None and self.settings.value_head
         separate = None if value_head else self.critic
-        if self.settings.micro_batch_tokens is None:
+        if self.settings.packed is None:
             ids, attn = torch.cat([p_ids, r_ids], dim=1), torch.cat([p_mask, r_mask], dim=1)
             fwd = forward_response(
                 self.policy, ids, attn, r_ids, temperature=self.temperature, with_hidden=value_head
@@ -289,27 +290,26 @@ class PPOUpdate:
     ) -> Tensor:  # fmt: skip
         """The clipped surrogate per token (PPO's token ratio or GSPO's sequence ratio), weighted
         by the mismatch correction's importance weights."""
-        s = self.settings
-        surrogate = gspo_policy_loss if s.policy_loss == "gspo" else clipped_policy_loss
+        s, loss = self.settings.mismatch, self.settings.loss
+        surrogate = gspo_policy_loss if loss.policy_loss == "gspo" else clipped_policy_loss
         pg, stats = surrogate(
             log_probs, old, adv, mask,
-            clip_low=s.clip_low, clip_high=s.clip_high, dual_clip=s.dual_clip,
+            clip_low=loss.clip_low, clip_high=loss.clip_high, dual_clip=loss.dual_clip,
         )  # fmt: skip
         self.add({f"ppo/{k}": v for k, v in stats._asdict().items()})
         engine = self.experience.rollout.sample_log_probs
-        if engine is None or not (self.use_current_as_old or s.recompute_old_log_probs):
+        if engine is None or not (self.use_current_as_old or self.settings.recompute):
             return pg  # no second source of log-probs to compare with
         engine = engine[micro][:, rcols]
         stats_mm = mismatch_stats(old, engine, mask)
         self.add({f"rollout/mismatch_{k}": v for k, v in stats_mm.items()})
         if self.mismatch == "tis":
-            weights = truncated_importance_weights(old, engine, cap=s.mismatch_cap)
-            capped = (weights >= s.mismatch_cap).float()  # the weights hold min(ratio, cap)
+            cap = s.cap
+            weights = truncated_importance_weights(old, engine, cap=cap)
+            capped = (weights >= cap).float()  # the weights hold min(ratio, cap)
             self._record("rollout/mismatch_capped_fraction", masked_mean(capped, mask))
         elif self.mismatch == "mask":
-            weights = masked_importance_weights(
-                old, engine, mask, low=s.mismatch_low, high=s.mismatch_high
-            )
+            weights = masked_importance_weights(old, engine, mask, low=s.low, high=s.high)
             self._record("rollout/mismatch_masked_fraction", masked_mean(1 - weights, mask))
         else:
             return pg
@@ -333,10 +333,11 @@ class PPOUpdate:
         makes the k3 estimate unbiased for samples drawn from ``pi_old`` (DeepSeek-V3.2, arXiv
         2512.02556; TRL's ``use_bias_correction_kl``)."""
         ref = self.experience.ref_log_probs
-        if not (self.kl_coef > 0 and self.settings.kl_in == "loss" and ref is not None):
+        if not (self.kl_coef > 0 and not self.settings.kl_in_reward and ref is not None):
             return None
-        kl = kl_penalty(log_probs, ref[micro][:, rcols], estimator=self.settings.kl_estimator)
-        if self.settings.kl_ratio_correction:
+        kl_settings = self.settings.kl
+        kl = kl_penalty(log_probs, ref[micro][:, rcols], estimator=kl_settings.estimator)
+        if kl_settings.ratio_correction:
             kl = kl * torch.exp(log_probs - old.detach())
         self._record("ppo/kl_loss", masked_mean(kl, mask))
         return self.kl_coef * kl
@@ -344,7 +345,8 @@ class PPOUpdate:
     def _value_loss(
         self, values: Tensor, micro: Tensor, rcols: slice, mask: Tensor, mb: MicroBatch
     ) -> Tensor:
-        s, targets = self.settings, self.experience.critic
+        critic, targets = self.settings.critic, self.experience.critic
+        mode = self.settings.aggregation
         if targets is None:
             raise ValueError("a critic is being trained but the experience has no value targets")
         v_loss, v_stats = clipped_value_loss(
@@ -352,15 +354,15 @@ class PPOUpdate:
             targets.values[micro][:, rcols],
             targets.returns[micro][:, rcols],
             mask,
-            clip=s.value_clip,
+            clip=critic.value_clip,
         )
         self._record(
             "ppo/value_loss",
-            aggregate_loss(v_loss, mask, mode=s.loss_agg, norm_length=self.norm_length),
+            aggregate_loss(v_loss, mask, mode=mode, norm_length=self.norm_length),
         )
         self.add({f"critic/{k}": v for k, v in v_stats._asdict().items()})
-        return s.vf_coef * aggregate_loss(
-            v_loss, mask, mode=s.loss_agg, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs,
+        return critic.vf_coef * aggregate_loss(
+            v_loss, mask, mode=mode, num_tokens=mb.num_tokens, num_seqs=mb.num_seqs,
             norm_length=self.norm_length,
         )  # fmt: skip
 

@@ -37,7 +37,7 @@ class RolloutCollector:
         multiturn: multi-turn episodes with an environment
             (:class:`~lit_rlhf.training.multiturn.MultiTurnRollout`); None: one response per
             sample. An episode's score is the reward on its whole transcript plus the sum of its
-            turn rewards (``budget_penalty`` instead for an episode a budget cut, if set).
+            turn rewards (``env.budget_penalty`` instead for an episode a budget cut, if set).
     """
 
     def __init__(
@@ -150,7 +150,7 @@ class RolloutCollector:
         turn_sum = episodes.turn_rewards.sum(1).to(rollout.scores)
         rollout.reward_info["env_reward"] = turn_sum.cpu()
         rollout.scores = rollout.scores + turn_sum
-        penalty = self.multiturn.settings.budget_penalty
+        penalty = self.multiturn.budget_penalty
         if penalty is not None:
             rollout.scores = rollout.scores.masked_fill(episodes.cut.to(turn_sum.device), penalty)
         if trainer is not None:

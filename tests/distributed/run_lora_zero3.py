@@ -31,10 +31,15 @@ def main(out: Path) -> None:
     model = resolve("builtin:tiny-llama")
     tokenizer = load_tokenizer(model)
     module = PPOModule(
-        reward=DigitsReward(), model=model, tokenizer=tokenizer,
-        engine=HFGenerationEngine(max_new_tokens=8), samples_per_prompt=4, lr=1e-2,
-        lora_rank=4, lora_alpha=8, lora_target_modules=["q_proj", "v_proj"], kl_coef=0.1,
-    )  # fmt: skip
+        reward=DigitsReward(),
+        model=model,
+        tokenizer=tokenizer,
+        engine=HFGenerationEngine(max_new_tokens=8),
+        rollout={"samples_per_prompt": 4},
+        optim={"lr": 1e-2},
+        lora={"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+        kl={"coef": 0.1},
+    )
     trainer = L.Trainer(
         accelerator="cpu", devices=2, max_epochs=1, limit_train_batches=2,
         strategy=CPUDeepSpeedStrategy(stage=3), logger=False, enable_checkpointing=False,

@@ -47,10 +47,13 @@ def main(out: Path) -> None:
     model = resolve("builtin:tiny-llama")
     tokenizer = load_tokenizer(model)
     module = PPOModule(
-        reward=DigitsReward(), model=model, tokenizer=tokenizer,
-        engine=HFGenerationEngine(max_new_tokens=8), samples_per_prompt=4, lr=1e-3,
-        micro_batch_size=4,
-    )  # fmt: skip
+        reward=DigitsReward(),
+        model=model,
+        tokenizer=tokenizer,
+        engine=HFGenerationEngine(max_new_tokens=8),
+        rollout={"samples_per_prompt": 4},
+        optim={"lr": 1e-3, "micro_batch_size": 4},
+    )
     per_backward: list[int] = []
     backward = module.manual_backward
 

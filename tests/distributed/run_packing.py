@@ -39,10 +39,14 @@ def main(mode: str, out: Path) -> None:
     model = resolve("builtin:tiny-llama")
     tokenizer = load_tokenizer(model)
     module = PPOModule(
-        reward=DigitsReward(), model=model, tokenizer=tokenizer,
-        engine=HFGenerationEngine(max_new_tokens=8), samples_per_prompt=4, lr=1e-3,
-        micro_batch_tokens=100,
-    )  # fmt: skip
+        reward=DigitsReward(),
+        model=model,
+        tokenizer=tokenizer,
+        engine=HFGenerationEngine(max_new_tokens=8),
+        rollout={"samples_per_prompt": 4},
+        optim={"lr": 1e-3},
+        update={"micro_batch_tokens": 100},
+    )
     calls: list[bool] = []
     prompts: set[str] = set()
     plan = PPOUpdate.micro_batches

@@ -173,15 +173,21 @@ def main() -> None:
         model=model_dir,
         tokenizer=tokenizer,
         engine=engine,
-        samples_per_prompt=2,
-        advantage="gae",  # a separate critic: two param groups with different learning rates
-        whiten_advantages=False,  # whitening over a rollout would differ per process
-        ppo_epochs=2,  # the second epoch's ratio is not 1: clipping and old log-probs matter
-        micro_batch_size=args.micro_batch_size,  # 2: several backward passes per optimizer step
-        kl_coef=0.05,  # a frozen reference model under the strategy too
-        lr=1e-3,
-        critic_lr=3e-3,
-        max_grad_norm=0.2,  # below most norms here: clipping is active
+        rollout={"samples_per_prompt": 2},
+        advantage={
+            "estimator": "gae",
+            "whiten": False,
+        },  # a separate critic: two param groups with different learning rates
+        update={
+            "ppo_epochs": 2
+        },  # the second epoch's ratio is not 1: clipping and old log-probs matter
+        optim={
+            "micro_batch_size": args.micro_batch_size,
+            "lr": 1e-3,
+            "max_grad_norm": 0.2,
+        },  # 2: several backward passes per optimizer step
+        kl={"coef": 0.05},  # a frozen reference model under the strategy too
+        critic={"lr": 3e-3},  # below most norms here: clipping is active
     )
     prompts = [
         f"Using the numbers [{i}, {i + 3}, {2 * i}]" for i in range(GLOBAL_PROMPTS * args.steps)

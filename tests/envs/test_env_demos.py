@@ -20,7 +20,8 @@ from lit_rlhf.envs.demos import (
 )
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.rewards.countdown import evaluate_expression
-from lit_rlhf.training.multiturn import MultiTurnRollout, MultiTurnSettings, observation_role
+from lit_rlhf.settings import EnvironmentSettings
+from lit_rlhf.training.multiturn import MultiTurnRollout, observation_role
 from tests.helpers import load_script
 
 ROW = {"numbers": [9, 4], "target": 5}
@@ -106,7 +107,7 @@ def test_sft_tokens_of_a_demonstration_are_the_rl_loops_tokens():
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     eos = tokenizer.eos_token_id
-    loop = MultiTurnRollout(CountdownCalculatorEnv(), MultiTurnSettings(max_turns=2))
+    loop = MultiTurnRollout(CountdownCalculatorEnv(), EnvironmentSettings(max_turns=2))
     prompt = ids(render_chat_prompt(tokenizer, user, system_prompt=system))
     agent1, env, agent2 = [*ids(turn1), eos], ids(loop.render(tokenizer, tool)), [*ids(turn2), eos]
     stream = prompt + agent1 + env + agent2

@@ -10,7 +10,8 @@ import pytest
 from lit_rlhf.data.prompts import render_chat_prompt
 from lit_rlhf.envs import CountdownCalculatorEnv, ToolCall, ToolCallError, parse_tool_call
 from lit_rlhf.models import load_tokenizer
-from lit_rlhf.training.multiturn import MultiTurnRollout, MultiTurnSettings
+from lit_rlhf.settings import EnvironmentSettings
+from lit_rlhf.training.multiturn import MultiTurnRollout
 
 # a minimal template with the Hermes tool syntax (tools in the system turn, tool turns wrapped)
 HERMES = (
@@ -91,7 +92,7 @@ def test_the_calculator_answers_a_template_call_rendered_with_the_tool_role(tiny
     turn = '<tool_call>{"name": "calculator", "arguments": {"expression": "3*(4+5)"}}</tool_call>'
     result = env.step(turn)
     assert result.observation == "<result>27</result>" and result.fault is None
-    loop = MultiTurnRollout(env, MultiTurnSettings())
+    loop = MultiTurnRollout(env, EnvironmentSettings())
     rendered = loop.render(tokenizer, result.observation)
     assert "<tool_response>\n<result>27</result>\n</tool_response>" in rendered
     assert rendered.rstrip().endswith("<|im_start|>assistant")

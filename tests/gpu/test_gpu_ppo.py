@@ -26,8 +26,8 @@ def test_ppo_bf16_mixed_on_cuda(tiny_model_dir, tmp_path, advantage):
         model=tiny_model_dir,
         tokenizer=tokenizer,
         engine=HFGenerationEngine(max_new_tokens=16),
-        advantage=advantage,
-        lr=1e-3,
+        advantage={"estimator": advantage},
+        optim={"lr": 1e-3},
     )
     trainer = L.Trainer(
         accelerator="cuda",

@@ -12,7 +12,7 @@ from lit_rlhf.metrics import JudgeMetrics, majority_verdict
 from lit_rlhf.modules import GenerativeRewardModule
 from lit_rlhf.rewards.verdict import VerdictReward
 from lit_rlhf.types import GenerationOutput
-from tests.helpers import quiet_trainer
+from tests.helpers import merge_groups, quiet_trainer
 
 GOOD_1 = (
     "<Criterion>c</Criterion><Analysis>a</Analysis>"
@@ -99,14 +99,14 @@ class ScriptedJudgeEngine:
 
 
 def judge(mode, **kwargs):
-    return GenerativeRewardModule(
+    defaults = dict(
         mode=mode,
         model="builtin:tiny-llama",
         engine=ScriptedJudgeEngine(),
-        samples_per_prompt=4,
-        lr=1e-3,
-        **kwargs,
+        rollout={"samples_per_prompt": 4},
+        optim={"lr": 1e-3},
     )
+    return GenerativeRewardModule(**merge_groups(defaults, kwargs))
 
 
 @pytest.mark.parametrize("mode", ["rft", "consistrm"])
@@ -143,13 +143,15 @@ def test_bad_settings_are_refused_at_construction():
     with pytest.raises(ValueError, match="mode must be"):
         GenerativeRewardModule(mode="dpo")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"clip_low=1.5 must be in \(0, 1\)"):
-        GenerativeRewardModule(clip_low=1.5)
+        GenerativeRewardModule(loss={"clip_low": 1.5})
     with pytest.raises(ValueError, match="samples_per_prompt >= 2"):
-        GenerativeRewardModule(samples_per_prompt=1)
+        GenerativeRewardModule(rollout={"samples_per_prompt": 1})
 
 
 def test_the_response_prefix_reaches_the_default_reward():
-    module = GenerativeRewardModule(tags=("Result",), response_prefix=" <Result>Response")
+    module = GenerativeRewardModule(
+        judge={"tags": ("Result",), "response_prefix": " <Result>Response"}
+    )
     completion = " 2 is better than Response 1</Result>"
     out = module.rollouts.reward(
         ["p"] * 2, [completion, completion + " trailing"], [{"label": 1}] * 2
@@ -161,16 +163,20 @@ def test_the_response_prefix_reaches_the_default_reward():
 def test_recomputed_old_log_probs_and_dual_clip_reach_the_update():
     # the ConsistRM presets: two optimizer steps per rollout on vLLM, verl's dual clip (c = 3)
     module = GenerativeRewardModule(
-        samples_per_prompt=8, mini_batch_size=32, recompute_old_log_probs=True, dual_clip=3.0
+        rollout={"samples_per_prompt": 8},
+        update={"mini_batch_size": 32, "recompute_old_log_probs": True},
+        loss={"dual_clip": 3.0},
     )
-    assert module.settings.recompute_old_log_probs and module.settings.dual_clip == 3.0
+    assert module.settings.update.recompute_old_log_probs and module.settings.loss.dual_clip == 3.0
     assert not module.settings.single_update(64)  # 64 sequences, 32 per step: two steps
     # the engine's log-probs are not asked for: the trainer's forward computes them
     assert not module.rl.needs_sample_log_probs(module, 64)
-    plain = GenerativeRewardModule(samples_per_prompt=8, mini_batch_size=32)
+    plain = GenerativeRewardModule(
+        rollout={"samples_per_prompt": 8}, update={"mini_batch_size": 32}
+    )
     assert plain.rl.needs_sample_log_probs(plain, 64)  # without it, the engine's are read
     with pytest.raises(ValueError, match="dual_clip"):
-        GenerativeRewardModule(dual_clip=0.5)
+        GenerativeRewardModule(loss={"dual_clip": 0.5})
 
 
 def test_a_one_word_verdict_after_the_short_template_prefix():
@@ -185,12 +191,15 @@ def test_a_one_word_verdict_after_the_short_template_prefix():
 def test_a_reward_that_reads_outputs_differently_from_the_evaluation_is_refused():
     reward = VerdictReward(tags=("Result",), prefix=" <Result>Response 1 is", suffix=" than R 2")
     with pytest.raises(ValueError, match=r"the module evaluates them as .*response_suffix"):
-        GenerativeRewardModule(tags=("Result",), response_prefix=" <Result>Response 1 is",
-                               reward=reward)  # fmt: skip
+        GenerativeRewardModule(
+            judge={"tags": ("Result",), "response_prefix": " <Result>Response 1 is"}, reward=reward
+        )
     same = GenerativeRewardModule(
-        tags=("Result",),
-        response_prefix=" <Result>Response 1 is",
-        response_suffix=" than R 2",
+        judge={
+            "tags": ("Result",),
+            "response_prefix": " <Result>Response 1 is",
+            "response_suffix": " than R 2",
+        },
         reward=reward,
     )
     assert same.judge_format.verdict(" worse") is None  # "R 2" is not the subject "Response"

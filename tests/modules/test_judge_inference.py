@@ -128,12 +128,12 @@ def test_unreadable_judgments_never_anchor_or_vote(tokenizer) -> None:  # type: 
 
 
 def test_settings_are_checked_when_the_module_is_built() -> None:
-    with pytest.raises(ValueError, match="eval_samples=1"):
-        GenerativeRewardModule(eval_samples=4, inference="single")
+    with pytest.raises(ValueError, match=r"judge\.eval_samples: 1"):
+        GenerativeRewardModule(judge={"eval_samples": 4, "inference": "single"})
     with pytest.raises(ValueError, match="eval_samples >= 2"):
-        GenerativeRewardModule(eval_samples=1, inference="reflective")
+        GenerativeRewardModule(judge={"eval_samples": 1, "inference": "reflective"})
     with pytest.raises(ValueError, match="critique template"):
-        GenerativeRewardModule(critique_template="reflectrm-v1")
+        GenerativeRewardModule(judge={"critique_template": "reflectrm-v1"})
     with pytest.raises(ValueError, match="mode must be"):
         GenerativeRewardModule(mode="reflect")  # type: ignore[arg-type]
-    assert GenerativeRewardModule(eval_samples=3).inference.mode == "majority"
+    assert GenerativeRewardModule(judge={"eval_samples": 3}).inference.mode == "majority"

@@ -12,19 +12,20 @@ import torch
 from lit_rlhf.data import CountdownPrompts, PromptDataModule
 from lit_rlhf.models import load_causal_lm
 from lit_rlhf.models.lora import (
-    LoRASettings,
     check_quantize_supported,
+    lora_wrap,
     merged_copy,
     served_parameters,
 )
 from lit_rlhf.modules import GenerativeRewardModule, PPOModule
 from lit_rlhf.rewards import DigitFractionReward
 from lit_rlhf.rollout import HFGenerationEngine
-from tests.helpers import quiet_trainer
+from lit_rlhf.settings import LoRASettings
+from tests.helpers import merge_groups, quiet_trainer
 from tests.modules.test_grm import ScriptedJudgeEngine
 from tests.modules.test_grm import data as judge_data
 
-LORA = {"lora_rank": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"]}
+LORA = {"lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}
 
 
 def ppo(model_dir, **kwargs):
@@ -32,13 +33,12 @@ def ppo(model_dir, **kwargs):
         reward=DigitFractionReward(),
         model=model_dir,
         engine=HFGenerationEngine(max_new_tokens=6),
-        samples_per_prompt=2,
-        lr=1e-2,
-        kl_coef=0.1,
+        rollout={"samples_per_prompt": 2},
+        optim={"lr": 1e-2},
+        kl={"coef": 0.1},
         **LORA,
     )
-    settings.update(kwargs)
-    return PPOModule(**settings)
+    return PPOModule(**merge_groups(settings, kwargs))
 
 
 def countdown(model_dir):
@@ -110,8 +110,8 @@ def test_ppo_lora_resumes_exactly(tiny_model_dir, tmp_path):
 
 def test_a_value_head_is_saved_with_the_adapters(tiny_model_dir, tmp_path):
     ckpt = tmp_path / "gae.ckpt"
-    fit(tiny_model_dir, tmp_path, callbacks=[SaveAt(ckpt, 1)], advantage="gae",
-        critic="value_head", samples_per_prompt=1)  # fmt: skip
+    fit(tiny_model_dir, tmp_path, callbacks=[SaveAt(ckpt, 1)], advantage={"estimator": "gae"},
+        critic={"kind": "value_head"}, rollout={"samples_per_prompt": 1})  # fmt: skip
     saved = torch.load(ckpt, weights_only=False)["state_dict"]
     critic = {k for k in saved if k.startswith("critic.")}
     assert critic and all(".lora_" in k for k in saved.keys() - critic)
@@ -119,8 +119,8 @@ def test_a_value_head_is_saved_with_the_adapters(tiny_model_dir, tmp_path):
 
 def lora_judge():
     return GenerativeRewardModule(
-        model="builtin:tiny-llama", engine=ScriptedJudgeEngine(), samples_per_prompt=4,
-        lr=1e-2, kl_coef=0.05, **LORA,
+        model="builtin:tiny-llama", engine=ScriptedJudgeEngine(), rollout={"samples_per_prompt": 4},
+        optim={"lr": 1e-2}, kl={"coef": 0.05}, **LORA,
     )  # fmt: skip
 
 
@@ -143,7 +143,7 @@ def test_the_judge_checkpoint_holds_the_adapters_only(tmp_path):
 
 
 def test_the_served_weights_are_the_merged_model(tiny_model_dir):
-    wrapped = LoRASettings(rank=4, alpha=8).wrap(load_causal_lm(tiny_model_dir))
+    wrapped = lora_wrap(load_causal_lm(tiny_model_dir), LoRASettings(rank=4, alpha=8))
     with torch.no_grad():  # B starts at zero: give the adapters a non-zero delta
         for name, param in wrapped.named_parameters():
             if "lora_B" in name:
@@ -158,16 +158,19 @@ def test_the_served_weights_are_the_merged_model(tiny_model_dir):
 
 
 def test_quantize_needs_adapters_and_is_refused_without_cuda(tmp_path):
-    with pytest.raises(ValueError, match=r"quantize='4bit'.*Fix: set lora_rank > 0"):
-        PPOModule(reward=DigitFractionReward(), model="no/such-model", quantize="4bit")
+    with pytest.raises(ValueError, match=r"lora.quantize='4bit'.*Fix: set lora.rank > 0"):
+        PPOModule(reward=DigitFractionReward(), model="no/such-model", lora={"quantize": "4bit"})
     with pytest.raises(ValueError, match="quantize='4bit'"):
-        GenerativeRewardModule(model="no/such-model", quantize="4bit")
+        GenerativeRewardModule(model="no/such-model", lora={"quantize": "4bit"})
     if torch.cuda.is_available():
         pytest.skip("the refusal is for machines without CUDA")
     with pytest.raises(RuntimeError, match=r"needs a CUDA GPU.*Fix:.*quantize: null"):
         check_quantize_supported("4bit")
     # refused at setup, before the (missing) model would load
-    module = PPOModule(reward=DigitFractionReward(), model="no/such-model", quantize="4bit", **LORA)
+    module = PPOModule(
+        reward=DigitFractionReward(), model="no/such-model",
+        lora={**LORA["lora"], "quantize": "4bit"},
+    )  # fmt: skip
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         quiet_trainer(tmp_path).fit(module, datamodule=countdown("builtin:tiny-llama"))
 
@@ -175,11 +178,25 @@ def test_quantize_needs_adapters_and_is_refused_without_cuda(tmp_path):
 def test_reference_dtype_under_lora_is_refused():
     """Under LoRA the reference is the policy with its adapters off: a reference dtype would
     change nothing, so it is refused when the module is built (before any model loads)."""
-    with pytest.raises(ValueError, match=r"reference_dtype='bfloat16' must be null with lora"):
+    with pytest.raises(ValueError, match=r"reference_dtype='bfloat16' with lora.rank > 0"):
         PPOModule(
-            reward=DigitFractionReward(), model="no/such-model", kl_coef=0.1,
-            reference_dtype="bfloat16", **LORA,
+            reward=DigitFractionReward(), model="no/such-model", kl={"coef": 0.1},
+            precision={"reference_dtype": "bfloat16"}, **LORA,
         )  # fmt: skip
-    with pytest.raises(ValueError, match=r"reference_dtype='bfloat16' must be null with lora"):
-        GenerativeRewardModule(model="no/such-model", reference_dtype="bfloat16", **LORA)
-    PPOModule(reward=DigitFractionReward(), model="no/such-model", reference_dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"reference_dtype='bfloat16' with lora.rank > 0"):
+        GenerativeRewardModule(
+            model="no/such-model", precision={"reference_dtype": "bfloat16"}, **LORA
+        )
+    # without LoRA a separate reference is loaded (with a KL), which may take the dtype
+    PPOModule(
+        reward=DigitFractionReward(),
+        model="no/such-model",
+        kl={"coef": 0.1},
+        precision={"reference_dtype": "bfloat16"},
+    )
+    with pytest.raises(ValueError, match="PPOModule has no frozen reference"):  # no KL: none
+        PPOModule(
+            reward=DigitFractionReward(),
+            model="no/such-model",
+            precision={"reference_dtype": "bfloat16"},
+        )

@@ -1,3 +1,5 @@
+import dataclasses
+
 import lightning as L
 import pytest
 import torch
@@ -5,8 +7,8 @@ import torch
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.rollout import DecodeLoopEngine, HFGenerationEngine
-from lit_rlhf.training import PPOSettings, PPOUpdate
-from tests.helpers import ConstantReward, prompt_loader, quiet_trainer
+from lit_rlhf.training import PPOUpdate
+from tests.helpers import ConstantReward, merge_groups, prompt_loader, quiet_trainer
 
 PROMPTS = [f"Using the numbers [{i}, {i + 3}]" for i in range(16)]
 
@@ -27,12 +29,13 @@ def make_module(tiny_model_dir, **kwargs):
         model=tiny_model_dir,
         tokenizer=load_tokenizer(tiny_model_dir),
         engine=HFGenerationEngine(max_new_tokens=8),
-        lr=1e-3,
-        critic_lr=1e-3,
-        micro_batch_size=4,
+        optim={"lr": 1e-3, "micro_batch_size": 4},
     )
-    defaults.update(kwargs)
-    return PPOModule(**defaults)
+    settings = merge_groups(defaults, kwargs)
+    advantage = settings.get("advantage")
+    if isinstance(advantage, dict) and advantage.get("estimator") == "gae":  # a critic to train
+        settings = merge_groups({"critic": {"lr": 1e-3}}, settings)
+    return PPOModule(**settings)
 
 
 trainer = quiet_trainer
@@ -41,11 +44,23 @@ trainer = quiet_trainer
 @pytest.mark.parametrize(
     "kwargs",
     [
-        dict(advantage="grpo"),
-        dict(advantage="rloo", kl_coef=0.05, kl_in="loss"),
-        dict(advantage="gae", critic="separate", kl_coef=0.05, kl_in="reward"),
-        dict(advantage="gae", critic="value_head", ppo_epochs=2, mini_batch_size=4),
-        dict(advantage="grpo", engine=DecodeLoopEngine(max_new_tokens=8), kl_coef=0.05),
+        dict(advantage={"estimator": "grpo"}),
+        dict(advantage={"estimator": "rloo"}, kl={"coef": 0.05, "placement": "loss"}),
+        dict(
+            advantage={"estimator": "gae"},
+            critic={"kind": "separate"},
+            kl={"coef": 0.05, "placement": "reward"},
+        ),
+        dict(
+            advantage={"estimator": "gae"},
+            critic={"kind": "value_head"},
+            update={"ppo_epochs": 2, "mini_batch_size": 4},
+        ),
+        dict(
+            advantage={"estimator": "grpo"},
+            engine=DecodeLoopEngine(max_new_tokens=8),
+            kl={"coef": 0.05},
+        ),
     ],
     ids=["grpo", "rloo-kl-loss", "gae-critic-kl-reward", "gae-value-head", "decode-loop-engine"],
 )
@@ -66,7 +81,8 @@ def test_every_trainable_parameter_changes(tiny_model_dir, tmp_path, kwargs):
 
 
 def _gradients(module, experience, micro):
-    settings = PPOSettings.from_hparams({**module.hparams, "micro_batch_size": micro})
+    optim = dataclasses.replace(module.optim, micro_batch_size=micro)
+    settings = dataclasses.replace(module.settings, optim=optim)
     module.zero_grad()
     update = PPOUpdate(
         module.policy, settings, experience, temperature=1.0, kl_coef=0.0, critic=module.critic
@@ -80,7 +96,12 @@ def _gradients(module, experience, micro):
 def test_micro_batch_accumulation_equals_one_pass(tiny_model_dir, loss_agg):
     # two PPO epochs: the rollout carries the engine's log-probs, which use_current_as_old=False
     # reads
-    module = make_module(tiny_model_dir, advantage="gae", loss_agg=loss_agg, ppo_epochs=2)
+    module = make_module(
+        tiny_model_dir,
+        advantage={"estimator": "gae"},
+        loss={"loss_agg": loss_agg},
+        update={"ppo_epochs": 2},
+    )
     module.configure_model()
     module.trainer = L.Trainer(logger=False, enable_progress_bar=False)
     module.manual_backward = lambda loss: loss.backward()
@@ -104,18 +125,18 @@ def test_an_infinite_reward_is_a_clear_error(tiny_model_dir, tmp_path):
 
 def test_grpo_needs_several_samples(tiny_model_dir):
     with pytest.raises(ValueError, match="samples_per_prompt >= 2"):
-        make_module(tiny_model_dir, samples_per_prompt=1)
+        make_module(tiny_model_dir, rollout={"samples_per_prompt": 1})
 
 
 def test_resume_continues_counters(tiny_model_dir, tmp_path):
     loader = prompt_loader(load_tokenizer(tiny_model_dir), PROMPTS, 4)
-    first = make_module(tiny_model_dir, ppo_epochs=2, kl_coef=0.1)
+    first = make_module(tiny_model_dir, update={"ppo_epochs": 2}, kl={"coef": 0.1})
     t1 = trainer(tmp_path, limit_train_batches=2)
     t1.fit(first, loader)
     first.kl_coef = 0.37  # as if an adaptive controller had moved it
     ckpt = tmp_path / "a.ckpt"
     t1.save_checkpoint(ckpt)
-    resumed = make_module(tiny_model_dir, ppo_epochs=2, kl_coef=0.1)
+    resumed = make_module(tiny_model_dir, update={"ppo_epochs": 2}, kl={"coef": 0.1})
     t2 = trainer(tmp_path, limit_train_batches=2, max_epochs=2)
     t2.fit(resumed, loader, ckpt_path=ckpt)
     saved = torch.load(ckpt, weights_only=False)["state_dict"]
@@ -126,7 +147,7 @@ def test_resume_continues_counters(tiny_model_dir, tmp_path):
     assert resumed.rollout_step == 4
     assert resumed.kl_coef == pytest.approx(0.37)
     # the reference is the starting model again, the policy the trained one
-    fresh = make_module(tiny_model_dir, kl_coef=0.1)
+    fresh = make_module(tiny_model_dir, kl={"coef": 0.1})
     fresh.configure_model()
     for name, value in fresh.ref_policy.state_dict().items():
         assert torch.equal(resumed.ref_policy.state_dict()[name], value), name

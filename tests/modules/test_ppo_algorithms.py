@@ -7,24 +7,41 @@ import pytest
 import torch
 
 from lit_rlhf.algos import aggregate_loss
-from lit_rlhf.training import PPOSettings, PPOUpdate
+from lit_rlhf.training import PPOUpdate
 from lit_rlhf.types import Rollout
-from tests.helpers import prompt_loader
+from tests.helpers import prompt_loader, replace_groups
 from tests.modules.test_ppo import PROMPTS, make_module, trainer
 
 
 @pytest.mark.parametrize(
     "kwargs",
     [
-        dict(policy_loss="gspo", loss_agg="seq_mean_token_mean", clip_low=3e-4, clip_high=4e-4,
-             ppo_epochs=2, mini_batch_size=8),
-        dict(advantage="reinforce_pp", samples_per_prompt=1, kl_coef=0.05, kl_in="reward"),
-        dict(advantage="reinforce_pp_baseline", kl_coef=0.05, kl_in="reward"),
-        dict(overlong_filter=True, overlong_buffer=4, loss_agg="seq_mean_token_sum_norm"),
-        dict(kl_coef=0.1, kl_ratio_correction=True, advantage_eps=1e-4),
+        dict(
+            loss={
+                "policy_loss": "gspo",
+                "loss_agg": "seq_mean_token_mean",
+                "clip_low": 3e-4,
+                "clip_high": 4e-4,
+            },
+            update={"ppo_epochs": 2, "mini_batch_size": 8},
+        ),
+        dict(
+            advantage={"estimator": "reinforce_pp"},
+            rollout={"samples_per_prompt": 1},
+            kl={"coef": 0.05, "placement": "reward"},
+        ),
+        dict(
+            advantage={"estimator": "reinforce_pp_baseline"},
+            kl={"coef": 0.05, "placement": "reward"},
+        ),
+        dict(
+            rollout={"overlong_filter": True, "overlong_buffer": 4},
+            loss={"loss_agg": "seq_mean_token_sum_norm"},
+        ),
+        dict(kl={"coef": 0.1, "ratio_correction": True}, advantage={"eps": 1e-4}),
     ],
     ids=["gspo", "reinforce_pp", "reinforce_pp_baseline", "dapo-overlong-dr-grpo", "trl-kl"],
-)  # fmt: skip
+)
 def test_each_algorithm_trains(tiny_model_dir, tmp_path, kwargs):
     module = make_module(tiny_model_dir, **kwargs)
     module.configure_model()
@@ -42,14 +59,20 @@ def test_each_algorithm_trains(tiny_model_dir, tmp_path, kwargs):
 
 
 def test_gspo_with_a_length_weighted_aggregation_is_refused(tiny_model_dir):
-    with pytest.raises(ValueError, match="Fix: set loss_agg: seq_mean_token_mean"):
-        make_module(tiny_model_dir, policy_loss="gspo")
+    with pytest.raises(ValueError, match=r"Fix: set loss\.loss_agg: seq_mean_token_mean"):
+        make_module(tiny_model_dir, loss={"policy_loss": "gspo"})
 
 
 def test_reinforce_pp_needs_no_group_but_its_baseline_variant_does(tiny_model_dir):
-    make_module(tiny_model_dir, advantage="reinforce_pp", samples_per_prompt=1)
+    make_module(
+        tiny_model_dir, advantage={"estimator": "reinforce_pp"}, rollout={"samples_per_prompt": 1}
+    )
     with pytest.raises(ValueError, match="samples_per_prompt >= 2"):
-        make_module(tiny_model_dir, advantage="reinforce_pp_baseline", samples_per_prompt=1)
+        make_module(
+            tiny_model_dir,
+            advantage={"estimator": "reinforce_pp_baseline"},
+            rollout={"samples_per_prompt": 1},
+        )
 
 
 def _experience(tiny_model_dir, **kwargs):
@@ -61,9 +84,9 @@ def _experience(tiny_model_dir, **kwargs):
     return module, module.prepare_update(module.collect_rollout(batch))
 
 
-def _loss(module, experience, rows, **kw):
+def _loss(module, experience, rows, settings=None, **kw):
     update = PPOUpdate(
-        module.policy, PPOSettings.from_hparams(module.hparams), experience, temperature=1.0,
+        module.policy, settings or module.settings, experience, temperature=1.0,
         kl_coef=module.kl_coef, use_current_as_old=True, **kw,
     )  # fmt: skip
     return update.loss(update.micro_batches(torch.tensor(rows))[0])
@@ -96,9 +119,11 @@ def test_truncated_means_cut_at_max_new_tokens_without_an_end(tiny_model_dir):
 
 
 def test_dr_grpo_normaliser_is_the_engine_cap(tiny_model_dir):
-    module = make_module(tiny_model_dir, loss_agg="seq_mean_token_sum_norm")
+    module = make_module(tiny_model_dir, loss={"loss_agg": "seq_mean_token_sum_norm"})
     assert module.rl.norm_length == 8  # max_new_tokens of make_module's engine
-    module = make_module(tiny_model_dir, loss_agg="seq_mean_token_sum_norm", loss_norm_length=32)
+    module = make_module(
+        tiny_model_dir, loss={"loss_agg": "seq_mean_token_sum_norm", "loss_norm_length": 32}
+    )
     assert module.rl.norm_length == 32
     per_token = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
     mask = per_token > 0
@@ -108,8 +133,8 @@ def test_dr_grpo_normaliser_is_the_engine_cap(tiny_model_dir):
 
 
 def test_advantage_eps_reaches_grpo(tiny_model_dir):
-    _, exp = _experience(tiny_model_dir, advantage_eps=10.0)
-    _, ref = _experience(tiny_model_dir, advantage_eps=0.0)
+    _, exp = _experience(tiny_model_dir, advantage={"eps": 10.0})
+    _, ref = _experience(tiny_model_dir, advantage={"eps": 0.0})
     scores, groups = exp.rollout.scores, exp.rollout.group_ids
     for g in groups.unique():
         rows = groups == g
@@ -126,17 +151,17 @@ def test_kl_ratio_correction_adds_the_ratio_gradient(tiny_model_dir):
     from lit_rlhf.algos import kl_penalty
     from lit_rlhf.models.forward import forward_response
 
-    module, exp = _experience(tiny_model_dir, kl_coef=0.5)
+    module, exp = _experience(tiny_model_dir, kl={"coef": 0.5})
     rows = list(range(len(exp)))
 
-    def grads(**over):
-        module.hparams.update(over)
+    def grads(ratio_correction):
+        settings = replace_groups(module.settings, kl={"ratio_correction": ratio_correction})
         module.zero_grad()
-        _loss(module, exp, rows).backward()
+        _loss(module, exp, rows, settings).backward()
         return {n: p.grad.clone() for n, p in module.policy.named_parameters()}
 
-    plain = grads(kl_ratio_correction=False)
-    corrected = grads(kl_ratio_correction=True)
+    plain = grads(False)
+    corrected = grads(True)
     ro = exp.rollout
     module.zero_grad()
     fwd = forward_response(module.policy, ro.input_ids, ro.attention_mask, ro.response_ids,

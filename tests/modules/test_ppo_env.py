@@ -31,7 +31,7 @@ def test_ppo_module_with_env_trains_steps_on_tiny_llama(tmp_path, penalty):
             "--trainer.limit_val_batches=0",
             "--trainer.logger=false",
             f"--trainer.default_root_dir={tmp_path}",
-            f"--model.init_args.budget_penalty={penalty}",
+            f"--model.init_args.env.budget_penalty={penalty}",
         ]
     )
     assert cli.trainer.state.finished and cli.model.rollout_step == 2
@@ -44,11 +44,11 @@ def test_ppo_module_env_settings_are_validated():
     reward = ConstantReward(0.0)
     PPOModule(reward, environment=GuessNumberEnv())  # the defaults build
     with pytest.raises(ValueError, match=r"dynamic_sampling.*Fix:"):
-        PPOModule(reward, environment=GuessNumberEnv(), dynamic_sampling=True)
+        PPOModule(reward, environment=GuessNumberEnv(), rollout={"dynamic_sampling": True})
     with pytest.raises(ValueError, match=r"max_turns.*Fix:"):
-        PPOModule(reward, environment=GuessNumberEnv(), max_turns=0)
+        PPOModule(reward, environment=GuessNumberEnv(), env={"max_turns": 0})
     with pytest.raises(ValueError, match="step_timeout"):
-        PPOModule(reward, environment=GuessNumberEnv(), env_step_timeout=0.0)
+        PPOModule(reward, environment=GuessNumberEnv(), env={"step_timeout": 0.0})
     with pytest.raises(TypeError, match="Fix:"):
         PPOModule(reward, environment=object())  # type: ignore[arg-type]
     assert PPOModule(reward).rollouts.multiturn is None  # default: the single-turn path
@@ -99,9 +99,13 @@ def test_one_turn_episodes_train_like_the_single_turn_path(tiny_model_dir, tmp_p
     for env in (None, _EndsAtOnce()):
         torch.manual_seed(0)
         module = make_module(
-            tiny_model_dir, engine=_ScriptedTurns(), environment=env, advantage="grpo",
-            samples_per_prompt=2, mismatch_correction="none",
-        )  # fmt: skip
+            tiny_model_dir,
+            engine=_ScriptedTurns(),
+            environment=env,
+            advantage={"estimator": "grpo"},
+            rollout={"samples_per_prompt": 2},
+            mismatch={"correction": "none"},
+        )
         module.configure_model()
         initial = {n: p.detach().clone() for n, p in module.policy.named_parameters()}
         trainer = quiet_trainer(tmp_path / str(env is None), limit_train_batches=2)

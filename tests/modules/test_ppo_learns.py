@@ -29,11 +29,10 @@ def test_reward_rises_on_digit_task(tiny_model_dir, tmp_path, advantage):
         model=tiny_model_dir,
         tokenizer=data.tokenizer,
         engine=HFGenerationEngine(max_new_tokens=8),
-        advantage=advantage,
-        samples_per_prompt=8,
-        micro_batch_size=32,
-        lr=3e-3,
-        critic_lr=3e-3,
+        advantage={"estimator": advantage},
+        rollout={"samples_per_prompt": 8},
+        optim={"micro_batch_size": 32, "lr": 3e-3},
+        **({"critic": {"lr": 3e-3}} if advantage == "gae" else {}),  # a critic to train
     )
     plot = MetricsPlot(metrics=["reward/mean"], filename="reward.png")
     trainer = quiet_trainer(tmp_path, callbacks=[plot])

@@ -7,14 +7,15 @@ import pytest
 import torch
 
 from lit_rlhf.models.forward import forward_response
+from lit_rlhf.settings import MismatchSettings, UpdateSettings
 from lit_rlhf.training import PPOSettings, PPOUpdate
 from lit_rlhf.training.policy_step import resolve_mismatch
-from tests.helpers import prompt_loader
+from tests.helpers import prompt_loader, replace_groups
 from tests.modules.test_ppo import PROMPTS, make_module
 
 
 def _perturbed_experience(tiny_model_dir, noise=0.4):
-    module = make_module(tiny_model_dir, mismatch_correction="tis")
+    module = make_module(tiny_model_dir, mismatch={"correction": "tis"})
     module.configure_model()
     module.trainer = L.Trainer(logger=False, enable_progress_bar=False)
     batch = next(iter(prompt_loader(module.tokenizer, PROMPTS[:4], 4)))
@@ -28,11 +29,11 @@ def _perturbed_experience(tiny_model_dir, noise=0.4):
     return module, module.prepare_update(rollout)
 
 
-def _grads(module, experience, mismatch, **settings):
-    hp = {**module.hparams, **settings}
+def _grads(module, experience, correction, **groups):
     update = PPOUpdate(
-        module.policy, PPOSettings.from_hparams(hp), experience, temperature=1.0, kl_coef=0.0,
-        use_current_as_old=True, mismatch=mismatch,
+        module.policy, replace_groups(module.settings, **groups), experience, temperature=1.0,
+        kl_coef=0.0,
+        use_current_as_old=True, mismatch=correction,
     )  # fmt: skip
     module.zero_grad()
     for mb in update.micro_batches(torch.arange(len(experience))):
@@ -58,7 +59,7 @@ def _weighted_reference(module, experience, weight_fn):
 
 def test_tis_gradient_equals_the_importance_weighted_gradient(tiny_model_dir):
     module, exp = _perturbed_experience(tiny_model_dir)
-    ours, stats = _grads(module, exp, "tis", micro_batch_size=3)
+    ours, stats = _grads(module, exp, "tis", optim={"micro_batch_size": 3})
     ref = _weighted_reference(module, exp, lambda old, eng: torch.exp(old - eng).clamp(max=2.0))
     plain, _ = _grads(module, exp, "none")
     for name in ref:
@@ -71,7 +72,7 @@ def test_tis_gradient_equals_the_importance_weighted_gradient(tiny_model_dir):
 
 def test_masked_correction_drops_the_tokens_outside_the_band(tiny_model_dir):
     module, exp = _perturbed_experience(tiny_model_dir)
-    ours, stats = _grads(module, exp, "mask", mismatch_low=0.7, mismatch_high=1.4)
+    ours, stats = _grads(module, exp, "mask", mismatch={"low": 0.7, "high": 1.4})
 
     def band(old, eng):
         ratio = torch.exp(old - eng)
@@ -86,7 +87,7 @@ def test_masked_correction_drops_the_tokens_outside_the_band(tiny_model_dir):
 def test_the_mismatch_is_logged_in_a_training_step(tiny_model_dir, tmp_path):
     from tests.modules.test_ppo import trainer
 
-    module = make_module(tiny_model_dir, mismatch_correction="tis")
+    module = make_module(tiny_model_dir, mismatch={"correction": "tis"})
     run = trainer(tmp_path, limit_train_batches=1)
     run.fit(module, prompt_loader(module.tokenizer, PROMPTS[:4], 4))
     logged = run.logged_metrics
@@ -109,9 +110,9 @@ class _Engine:
     [
         ({}, True, "tis"),  # vLLM-like engine, one update per rollout
         ({}, False, "none"),  # the HF engines: same forward as the trainer
-        ({"ppo_epochs": 2}, True, "none"),  # no trainer old log-probs to compare with
-        ({"ppo_epochs": 2, "recompute_old_log_probs": True}, True, "tis"),
-        ({"mismatch_correction": "mask"}, False, "mask"),  # an explicit choice is kept
+        ({"update": UpdateSettings(ppo_epochs=2)}, True, "none"),  # no trainer old log-probs
+        ({"update": UpdateSettings(ppo_epochs=2, recompute_old_log_probs=True)}, True, "tis"),
+        ({"mismatch": MismatchSettings(correction="mask")}, False, "mask"),  # an explicit choice
     ],
 )
 def test_auto_turns_tis_on_for_engines_with_their_own_numerics(settings, separate, expected):
@@ -119,5 +120,7 @@ def test_auto_turns_tis_on_for_engines_with_their_own_numerics(settings, separat
 
 
 def test_an_explicit_correction_without_trainer_log_probs_is_refused():
-    with pytest.raises(ValueError, match="Fix: set recompute_old_log_probs: true"):
-        PPOSettings(mismatch_correction="tis", ppo_epochs=2)
+    with pytest.raises(ValueError, match=r"Fix: set update\.recompute_old_log_probs: true"):
+        PPOSettings(
+            mismatch=MismatchSettings(correction="tis"), update=UpdateSettings(ppo_epochs=2)
+        )

@@ -118,7 +118,7 @@ def _fit(tiny_model_dir, root, batches=4, callbacks=(), **kwargs):
 
 def test_max_staleness_zero_is_the_on_policy_path_bitwise(tiny_model_dir, tmp_path):
     runs = []
-    for kwargs in ({}, {"max_staleness": 0}):
+    for kwargs in ({}, {"rollout": {"max_staleness": 0}}):
         logged = LoggedMetrics()
         module, _ = _fit(tiny_model_dir, tmp_path, callbacks=[logged], **kwargs)
         runs.append((logged.steps, module.policy.state_dict()))
@@ -133,7 +133,7 @@ def test_one_step_off_samples_batch_t_plus_1_with_the_weights_before_update_t(
 ):
     engine = SpyEngine(delay=0.3, max_new_tokens=8)
     logged = LoggedMetrics()
-    module = make_module(tiny_model_dir, engine=engine, max_staleness=1)
+    module = make_module(tiny_model_dir, engine=engine, rollout={"max_staleness": 1})
     updates = _record_updates(module)
     torch.manual_seed(0)
     loader = prompt_loader(module.tokenizer, PROMPTS, 4)
@@ -164,9 +164,11 @@ def test_off_policy_importance_weights_are_applied_reference(tiny_model_dir, tmp
     mean of -A * (pi / pi_prox) * min(pi_prox / mu, cap), mu the stale engine's log-probs."""
     logged = LoggedMetrics()
     module = make_module(
-        tiny_model_dir, max_staleness=1, lr=5e-2, max_grad_norm=None, micro_batch_size=16,
-        mismatch_cap=1.5,
-    )  # fmt: skip
+        tiny_model_dir,
+        rollout={"max_staleness": 1},
+        optim={"lr": 5e-2, "max_grad_norm": None, "micro_batch_size": 16},
+        mismatch={"cap": 1.5},
+    )
     updates = _record_updates(module)
     loader = prompt_loader(module.tokenizer, PROMPTS, 4)
     torch.manual_seed(0)
@@ -202,9 +204,13 @@ def _fit_countdown(model_dir, root, callback, ckpt_path=None):
         use_chat_template=False,
     )  # fmt: skip
     module = PPOModule(
-        reward=LengthReward(), model=model_dir, tokenizer=data.tokenizer, lr=1e-3,
-        engine=HFGenerationEngine(max_new_tokens=6), samples_per_prompt=2, max_staleness=1,
-    )  # fmt: skip
+        reward=LengthReward(),
+        model=model_dir,
+        tokenizer=data.tokenizer,
+        optim={"lr": 1e-3},
+        engine=HFGenerationEngine(max_new_tokens=6),
+        rollout={"samples_per_prompt": 2, "max_staleness": 1},
+    )
     run = quiet_trainer(root, max_epochs=1, num_sanity_val_steps=0, callbacks=[callback])
     run.fit(module, datamodule=data, ckpt_path=ckpt_path)
     return module
@@ -228,10 +234,16 @@ def test_off_policy_kill_and_resume_is_exact(tiny_model_dir, tmp_path, at):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(max_staleness=-1), "max_staleness=-1 must be >= 0"),
-        (dict(max_staleness=1, mismatch_correction="none"), "mismatch_correction: tis"),
-        (dict(max_staleness=1, ppo_epochs=2), "recompute_old_log_probs: true"),
-        (dict(max_staleness=1, dynamic_sampling=True), "dynamic_sampling: false"),
+        (dict(rollout={"max_staleness": -1}), "max_staleness=-1 must be >= 0"),
+        (
+            dict(rollout={"max_staleness": 1}, mismatch={"correction": "none"}),
+            "mismatch.correction: tis",
+        ),
+        (
+            dict(rollout={"max_staleness": 1}, update={"ppo_epochs": 2}),
+            "recompute_old_log_probs: true",
+        ),
+        (dict(rollout={"max_staleness": 1, "dynamic_sampling": True}), "dynamic_sampling: false"),
     ],
     ids=["negative", "no-importance-weight", "no-proximal-log-probs", "dynamic-sampling"],
 )

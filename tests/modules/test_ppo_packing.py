@@ -7,7 +7,6 @@ chunked log-probs. Accumulated over a mini-batch both must give the same loss an
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 from types import SimpleNamespace
 
@@ -16,11 +15,11 @@ import pytest
 import torch
 
 from lit_rlhf.callbacks import ForkingTokens, KLCov
-from lit_rlhf.training import PPOSettings, PPOUpdate, build_experience
+from lit_rlhf.training import PPOUpdate, build_experience
 from lit_rlhf.training import ppo_update as ppo_update_module
 from lit_rlhf.training.protocols import loss_terms_read_logits, policy_loss_terms
 from lit_rlhf.types import Rollout
-from tests.helpers import prompt_loader
+from tests.helpers import prompt_loader, replace_groups
 from tests.modules.test_ppo import PROMPTS, make_module
 
 TOL = 1e-5
@@ -75,10 +74,8 @@ def _loss_and_grads(module, update, index, **micro_kw):
 
 
 def _compare(module, experience, trainer=None, budget=BUDGET, padded_size=3, **kw):
-    settings = dataclasses.replace(
-        PPOSettings.from_hparams(module.hparams), micro_batch_size=padded_size
-    )
-    packed_settings = dataclasses.replace(settings, micro_batch_tokens=budget)
+    settings = replace_groups(module.settings, optim={"micro_batch_size": padded_size})
+    packed_settings = replace_groups(settings, update={"micro_batch_tokens": budget})
     index = torch.arange(len(experience))
     loss_a, grads_a, _ = _loss_and_grads(
         module, _update(module, experience, settings, trainer, **kw), index
@@ -95,13 +92,13 @@ def _compare(module, experience, trainer=None, budget=BUDGET, padded_size=3, **k
 
 CONFIGS = {
     "grpo-token_mean": {},
-    "grpo-seq_mean": {"loss_agg": "seq_mean_token_mean"},
-    "grpo-kl_in_loss": {"kl_coef": 0.1, "kl_estimator": "k3"},
-    "gspo": {"policy_loss": "gspo", "loss_agg": "seq_mean_token_mean"},
-    "ppo-value_head": {"advantage": "gae", "critic": "value_head"},
-    "ppo-separate_critic": {"advantage": "gae", "critic": "separate"},
+    "grpo-seq_mean": {"loss": {"loss_agg": "seq_mean_token_mean"}},
+    "grpo-kl_in_loss": {"kl": {"coef": 0.1, "estimator": "k3"}},
+    "gspo": {"loss": {"policy_loss": "gspo", "loss_agg": "seq_mean_token_mean"}},
+    "ppo-value_head": {"advantage": {"estimator": "gae"}, "critic": {"kind": "value_head"}},
+    "ppo-separate_critic": {"advantage": {"estimator": "gae"}, "critic": {"kind": "separate"}},
     # LoRA: the chunked head is the peft model's output embedding; the reference = adapters off
-    "grpo-lora-kl": {"lora_rank": 4, "lora_alpha": 8, "kl_coef": 0.1},
+    "grpo-lora-kl": {"lora": {"rank": 4, "alpha": 8}, "kl": {"coef": 0.1}},
 }
 
 
@@ -114,16 +111,19 @@ def test_packed_loss_and_gradients_equal_the_padded_ones(tiny_model_dir, kwargs)
 
 def test_packed_experience_equals_the_padded_one(tiny_model_dir):
     module, rollout, _ = _setup(
-        tiny_model_dir, kl_coef=0.1, advantage="gae", recompute_old_log_probs=True
+        tiny_model_dir,
+        kl={"coef": 0.1},
+        advantage={"estimator": "gae"},
+        update={"recompute_old_log_probs": True},
     )
-    settings = PPOSettings.from_hparams(module.hparams)
+    settings = module.settings
     kw = dict(
         policy=module.policy, temperature=0.7, kl_coef=0.1, critic=module.critic,
         ref_policy=module.ref_policy,
     )  # fmt: skip
     padded = build_experience(rollout, settings=settings, **kw)
     packed = build_experience(
-        rollout, settings=dataclasses.replace(settings, micro_batch_tokens=BUDGET), **kw
+        rollout, settings=replace_groups(settings, update={"micro_batch_tokens": BUDGET}), **kw
     )
     mask = rollout.response_mask
     for name in ("old_log_probs", "ref_log_probs", "advantages"):
@@ -179,9 +179,7 @@ def test_mgs_micro_batches_stay_single_task_and_within_budget(tiny_model_dir):
     module, rollout, experience = _setup(tiny_model_dir)
     tasks = ["math" if g % 2 else "code" for g in rollout.group_ids.tolist()]
     experience.rollout.tasks = tasks
-    settings = dataclasses.replace(
-        PPOSettings.from_hparams(module.hparams), micro_batch_tokens=BUDGET
-    )
+    settings = replace_groups(module.settings, update={"micro_batch_tokens": BUDGET})
     update = _update(module, experience, settings)
     micro = update.micro_batches(torch.arange(len(experience)), by_task=True)
     tokens = rollout.prompt_mask.sum(1) + rollout.response_mask.sum(1)
@@ -196,9 +194,7 @@ def test_padding_micro_batches_even_out_the_count_with_zero_weight(tiny_model_di
     """Under DDP / ZeRO-3 a rank with fewer micro-batches runs zero-weight repeats of one row
     (the count is agreed with an all-reduce MAX, here faked as 'two more')."""
     module, _, experience = _setup(tiny_model_dir)
-    settings = dataclasses.replace(
-        PPOSettings.from_hparams(module.hparams), micro_batch_tokens=BUDGET
-    )
+    settings = replace_groups(module.settings, update={"micro_batch_tokens": BUDGET})
     plain = _update(module, experience, settings)
     index = torch.arange(len(experience))
     loss_a, grads_a, micro_a = _loss_and_grads(module, plain, index)

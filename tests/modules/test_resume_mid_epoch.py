@@ -41,7 +41,7 @@ def fit(model_dir, root, callback, ckpt_path=None):
         model=model_dir,
         tokenizer=data.tokenizer,
         engine=HFGenerationEngine(max_new_tokens=4),
-        samples_per_prompt=2,
+        rollout={"samples_per_prompt": 2},
     )
     trainer = quiet_trainer(root, max_epochs=2, num_sanity_val_steps=0, callbacks=[callback])
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)

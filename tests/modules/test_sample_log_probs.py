@@ -13,7 +13,7 @@ from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.rollout import HFGenerationEngine
-from tests.helpers import prompt_loader, quiet_trainer
+from tests.helpers import merge_groups, prompt_loader, quiet_trainer
 
 PROMPTS = [f"Using the numbers [{i}, {i + 3}]" for i in range(8)]
 
@@ -54,14 +54,14 @@ class CheckedPPO(PPOModule):
 
 def fit(tiny_model_dir, tmp_path, **kwargs):
     tokenizer = load_tokenizer(tiny_model_dir)
-    module = CheckedPPO(
+    defaults = dict(
         reward=lambda prompts, completions, rows: _digits(completions),
         model=tiny_model_dir,
         tokenizer=tokenizer,
         engine=SpyEngine(),
-        lr=1e-3,
-        **kwargs,
+        optim={"lr": 1e-3},
     )
+    module = CheckedPPO(**merge_groups(defaults, kwargs))
     module.pairs = []
     loaders = prompt_loader(tokenizer, PROMPTS, 4)
     trainer = quiet_trainer(tmp_path, limit_train_batches=2, limit_val_batches=1)
@@ -79,7 +79,7 @@ def _digits(completions):
 def test_one_update_with_kl_in_the_loss_skips_them_and_fills_old_log_probs(
     tiny_model_dir, tmp_path
 ):
-    module, trainer = fit(tiny_model_dir, tmp_path, kl_coef=0.05, kl_in="loss")
+    module, trainer = fit(tiny_model_dir, tmp_path, kl={"coef": 0.05, "placement": "loss"})
     # validation (sanity check + the epoch's) and both training rollouts: never asked
     assert module.engine.asked and not any(module.engine.asked)
     assert len(module.pairs) == 2
@@ -94,9 +94,11 @@ def test_one_update_with_kl_in_the_loss_skips_them_and_fills_old_log_probs(
 @pytest.mark.parametrize(
     "kwargs",
     [
-        dict(ppo_epochs=2),  # the ratio's denominator
-        dict(mini_batch_size=4),  # two optimizer steps per rollout
-        dict(kl_coef=0.05, kl_in="reward"),  # the KL enters the advantages before the update
+        dict(update={"ppo_epochs": 2}),  # the ratio's denominator
+        dict(update={"mini_batch_size": 4}),  # two optimizer steps per rollout
+        dict(
+            kl={"coef": 0.05, "placement": "reward"}
+        ),  # the KL enters the advantages before the update
     ],
     ids=["ppo-epochs-2", "mini-batches", "kl-in-reward"],
 )

@@ -41,6 +41,7 @@ from lit_rlhf.modules import (
 )
 from lit_rlhf.rewards import CountdownReward, MathReward, VerdictReward
 from lit_rlhf.rollout import DecodeLoopEngine, HFGenerationEngine, VLLMGenerationEngine
+from lit_rlhf.settings import RolloutSettings, UpdateSettings
 from lit_rlhf.training import PolicyLossContext, PPOSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,9 +77,9 @@ def last_stderr_line(capsys: pytest.CaptureFixture[str], args: list[str]) -> tup
         ),
         # a wrong type
         (
-            ["--model.init_args.lr=fast"],
-            r"^error: model\.init_args\.lr: Expected a <class 'float'>\. Got value: fast\. "
-            r"Fix: give model\.init_args\.lr a value of the expected type",
+            ["--model.init_args.optim.lr=fast"],
+            r"^error: model\.init_args\.optim\.lr: Expected a <class 'float'>\. Got value: fast\. "
+            r"Fix: give model\.init_args\.optim\.lr a value of the expected type",
         ),
         # a wrong type two classes deep (the reward inside the module)
         (
@@ -94,8 +95,9 @@ def last_stderr_line(capsys: pytest.CaptureFixture[str], args: list[str]) -> tup
         ),
         # a value outside a Literal
         (
-            ["--model.init_args.advantage=ppo"],
-            r"^error: model\.init_args\.advantage: Expected a typing\.Literal\['gae', 'grpo', "
+            ["--model.init_args.advantage.estimator=ppo"],
+            r"^error: model\.init_args\.advantage\.estimator: Expected a typing\.Literal\["
+            r"'gae', 'grpo', "
             r"'rloo', 'reinforce_pp', 'reinforce_pp_baseline'\]\. Got value: ppo\. Fix:",
         ),
         # a class that does not exist
@@ -108,7 +110,7 @@ def last_stderr_line(capsys: pytest.CaptureFixture[str], args: list[str]) -> tup
         (
             ["--optimizer=Adam"],
             r"^error: unrecognized arguments: --optimizer=Adam\. Fix: leave them out: each "
-            r"module builds its own AdamW from model\.init_args\.lr",
+            r"module builds its own AdamW from model\.init_args\.optim\.lr",
         ),
         (
             ["--lr_scheduler=StepLR"],
@@ -136,12 +138,12 @@ def test_cli_missing_config_file_names_it(capsys, tmp_path):
     ("extra", "error", "message"),
     [
         # today's "gradient ascent" run: refused, the reason said
-        (["--model.init_args.lr=-1"], ValueError,
-         r"lr=-1\.0 must be > 0 and finite \(a negative lr would ascend the loss\)\. Fix: set "
-         r"model\.init_args\.lr"),
+        (["--model.init_args.optim.lr=-1"], ValueError,
+         r"optim\.lr=-1\.0 must be > 0 and finite \(a negative lr would ascend the loss\)\. "
+         r"Fix: set model\.init_args\.optim\.lr"),
         # a negative KL coefficient no longer turns the KL off silently
-        (["--model.init_args.kl_coef=-0.1"], ValueError,
-         r"kl_coef=-0\.1 must be >= 0 .*Fix: set model\.init_args\.kl_coef"),
+        (["--model.init_args.kl.coef=-0.1"], ValueError,
+         r"kl\.coef=-0\.1 must be >= 0 .*Fix: set model\.init_args\.kl\.coef"),
         (["--model.init_args.reward.init_args.tolerance=-1"], ValueError,
          r"tolerance must be finite and >= 0 \(e\.g\. 1e-5\), got -1\.0"),
         (["--data.init_args.batch_size=0"], ValueError, r"batch_size must be >= 1, got 0"),
@@ -210,16 +212,19 @@ def test_reward_model_checkpoint_of_another_model_names_both():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(lr=float("inf")), r"lr=inf must be > 0 and finite"),
-        (dict(critic_lr=0.0), r"critic_lr=0\.0 must be > 0 and finite\. Fix:"),
-        (dict(clip_low=1.5), r"clip_low=1\.5 must be in \(0, 1\): the ratio's lower bound"),
-        (dict(clip_high=0.0), r"clip_high=0\.0 must be > 0"),
-        (dict(dual_clip=0.5), r"dual_clip=0\.5 must be > 1 \(it caps the loss"),
-        (dict(micro_batch_size=0), r"micro_batch_size=0 must be >= 1"),
-        (dict(samples_per_prompt=1), r"advantage='grpo' compares samples of the same prompt: "
-         r"set samples_per_prompt >= 2, or use advantage='gae'"),
-        (dict(max_grad_norm=-1.0), r"max_grad_norm must be > 0 or None \(no clipping\)"),
-        (dict(pass_threshold=float("nan")), r"pass_threshold=nan must be finite"),
+        (dict(optim={"lr": float("inf")}), r"optim\.lr=inf must be > 0 and finite"),
+        (dict(critic={"lr": 0.0}), r"critic\.lr=0\.0 must be > 0 and finite\. Fix:"),
+        (dict(loss={"clip_low": 1.5}),
+         r"clip_low=1\.5 must be in \(0, 1\): the ratio's lower bound"),
+        (dict(loss={"clip_high": 0.0}), r"clip_high=0\.0 must be > 0"),
+        (dict(loss={"dual_clip": 0.5}), r"dual_clip=0\.5 must be > 1 \(it caps the loss"),
+        (dict(optim={"micro_batch_size": 0}), r"optim\.micro_batch_size=0 must be an integer >= 1"),
+        (dict(rollout={"samples_per_prompt": 1}),
+         r"advantage\.estimator='grpo' compares samples of the same prompt.*Fix: set "
+         r"rollout\.samples_per_prompt >= 2, or advantage\.estimator: gae"),
+        (dict(optim={"max_grad_norm": -1.0}),
+         r"optim\.max_grad_norm=-1\.0 must be > 0, or null \(no clipping\)"),
+        (dict(eval={"pass_threshold": float("nan")}), r"eval\.pass_threshold=nan must be finite"),
     ],
     ids=["lr-inf", "critic-lr", "clip-low", "clip-high", "dual-clip", "micro-batch", "grpo-G1",
          "max-grad-norm", "pass-threshold"],
@@ -230,12 +235,14 @@ def test_ppo_settings_out_of_range(kwargs, message):
 
 
 def test_mini_batch_that_does_not_divide_the_rollout():
-    settings = PPOSettings(samples_per_prompt=4, mini_batch_size=6)
+    settings = PPOSettings(
+        rollout=RolloutSettings(samples_per_prompt=4), update=UpdateSettings(mini_batch_size=6)
+    )
     with pytest.raises(
         ValueError,
-        match=r"mini_batch_size=6 does not divide the rollout of 4 "
-        r"prompts x samples_per_prompt=4 = 16 sequences.*Fix: set mini_batch_size "
-        r"to a divisor of 16 \(e\.g\. 8\), or null",
+        match=r"update\.mini_batch_size=6 does not divide the rollout of 4 "
+        r"prompts x rollout\.samples_per_prompt=4 = 16 sequences.*Fix: set "
+        r"model\.init_args\.update\.mini_batch_size to a divisor of 16 \(e\.g\. 8\), or null",
     ):
         settings.check_rollout_size(4)
     settings.check_rollout_size(3)  # 12 sequences: two steps of 6
@@ -262,20 +269,20 @@ def test_prompt_and_response_longer_than_the_models_context():
 def test_judge_settings():
     with pytest.raises(
         ValueError,
-        match=r"lr=-1\.0 must be > 0 and finite .*Fix: set "
-        r"model\.init_args\.lr",
+        match=r"optim\.lr=-1\.0 must be > 0 and finite .*Fix: set "
+        r"model\.init_args\.optim\.lr",
     ):
-        GenerativeRewardModule(lr=-1.0)
+        GenerativeRewardModule(optim={"lr": -1.0})
     with pytest.raises(
         ValueError,
-        match=r"inference='single' judges each pair once.*Fix: set "
-        r"eval_samples=1",
+        match=r"judge\.inference='single' judges each pair once.*Fix: set "
+        r"judge\.eval_samples: 1",
     ):
-        GenerativeRewardModule(inference="single", eval_samples=3)
+        GenerativeRewardModule(judge={"inference": "single", "eval_samples": 3})
 
 
 def test_consistrm_without_its_callbacks_fails_at_setup():
-    module = GenerativeRewardModule(mode="consistrm", samples_per_prompt=4)
+    module = GenerativeRewardModule(mode="consistrm", rollout={"samples_per_prompt": 4})
     module.trainer = Trainer(logger=False, enable_checkpointing=False, callbacks=[])
     with pytest.raises(
         ValueError,
@@ -396,11 +403,11 @@ def test_callback_arguments(build, error, message):
 
 
 def test_adaptive_kl_needs_a_kl_before_models_load():
-    module = PPOModule(REWARD, kl_coef=0.0)
+    module = PPOModule(REWARD, kl={"coef": 0.0})
     with pytest.raises(
         ValueError,
         match=r"AdaptiveKL needs a module with a `kl_coef` attribute "
-        r"> 0.*Fix: set model\.init_args\.kl_coef > 0",
+        r"> 0.*Fix: set model\.init_args\.kl\.coef > 0",
     ):
         AdaptiveKL().setup(None, module, "fit")  # type: ignore[arg-type]
     assert module.policy is None

@@ -48,7 +48,7 @@ class Case:
 # every step change the weights and the optimizer state
 DIGITS = (
     "--model.init_args.reward=lit_rlhf.rewards.DigitFractionReward",
-    "--model.init_args.pass_metric=null",
+    "--model.init_args.eval.pass_metric=null",
 )
 COUNTDOWN = "configs/ppo/countdown_tiny.yaml"
 
@@ -56,7 +56,8 @@ CASES = {
     "ppo": Case(COUNTDOWN, DIGITS),
     # a validation right after every checkpoint, sampling from the global generator
     "ppo-sampled-val": Case(
-        COUNTDOWN, (*DIGITS, "--model.init_args.val_greedy=false", "--trainer.val_check_interval=2")
+        COUNTDOWN,
+        (*DIGITS, "--model.init_args.eval.greedy=false", "--trainer.val_check_interval=2"),
     ),
     # epochs of 2 batches, so every checkpoint falls on an epoch's last batch: the loader's order
     # spent (8 prompts), or cut short by limit_train_batches

@@ -28,7 +28,7 @@ def fit(tiny_model_dir: str, tmp_path: Any, **kwargs: Any) -> dict[str, torch.Te
         model=tiny_model_dir,
         tokenizer=load_tokenizer(tiny_model_dir),
         engine=HFGenerationEngine(max_new_tokens=6),
-        micro_batch_size=8,
+        optim={"micro_batch_size": 8},
         **kwargs,
     )
     trainer = quiet_trainer(tmp_path, limit_train_batches=1)

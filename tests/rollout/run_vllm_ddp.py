@@ -34,7 +34,7 @@ def main(out: str, extra: list[str]) -> None:
             "--trainer.fast_dev_run=true",
             # digits vary in random text, so advantages are non-zero and the weights move
             "--model.init_args.reward=lit_rlhf.rewards.DigitFractionReward",
-            "--model.init_args.pass_metric=null",  # that reward has no `correct` info
+            "--model.init_args.eval.pass_metric=null",  # that reward has no `correct` info
             *extra,
         ]
     )

@@ -271,7 +271,7 @@ def test_ppo_fast_dev_run_from_yaml(tmp_path, extra):
             # a random policy scores 0 on Countdown: zero advantages, so AdamW would not move
             # the weights and there would be nothing to sync; digits vary in random text
             "--model.init_args.reward=lit_rlhf.rewards.DigitFractionReward",
-            "--model.init_args.pass_metric=null",  # that reward has no `correct` info
+            "--model.init_args.eval.pass_metric=null",  # that reward has no `correct` info
         ]
     )
     assert cli.trainer.state.finished

@@ -58,10 +58,14 @@ def test_vllm_one_step_off_samples_with_the_weights_before_the_update(tmp_path):
     )
     engine.calls = []
     module = PPOModule(
-        reward=DigitFractionReward(), model=model_dir, tokenizer=load_tokenizer(model_dir),
-        engine=engine, max_staleness=1, recompute_old_log_probs=True, mini_batch_size=8,
-        micro_batch_size=8, lr=1e-3,
-    )  # fmt: skip
+        reward=DigitFractionReward(),
+        model=model_dir,
+        tokenizer=load_tokenizer(model_dir),
+        engine=engine,
+        rollout={"max_staleness": 1},
+        update={"recompute_old_log_probs": True, "mini_batch_size": 8},
+        optim={"micro_batch_size": 8, "lr": 1e-3},
+    )
     updates, logged = _record_updates(module), LoggedMetrics()
     torch.manual_seed(0)
     loader = prompt_loader(module.tokenizer, PROMPTS, 4)

@@ -78,7 +78,7 @@ def test_refused_where_the_groups_cannot_be_clipped_apart():
     step = OptimizerStep(max_grad_norm=1.0, clip_grad_per_group=True)
     with pytest.raises(ValueError, match="DeepSpeed clips the global gradient norm") as err:
         step.configure(CPUDeepSpeedStrategy(stage=2))
-    assert "Fix: set model.init_args.clip_per_network: false" in str(err.value)
+    assert "Fix: set model.init_args.optim.clip_per_network: false" in str(err.value)
     step.configure(SingleDeviceStrategy("cpu"))  # a plain process: accepted
     OptimizerStep(max_grad_norm=1.0).configure(CPUDeepSpeedStrategy(stage=2))  # flag off
 
@@ -95,7 +95,9 @@ def test_a_float16_loss_scaler_with_clipping_is_refused(per_group):
 
 
 def test_ppo_refuses_the_flag_under_deepspeed_before_any_load():
-    module = PPOModule(reward=ConstantReward(0.0), advantage="gae", clip_per_network=True)
+    module = PPOModule(
+        reward=ConstantReward(0.0), advantage={"estimator": "gae"}, optim={"clip_per_network": True}
+    )
     module._trainer = SimpleNamespace(strategy=CPUDeepSpeedStrategy(stage=2))
     with pytest.raises(ValueError, match="clip_per_network"):
         module.configure_model()
@@ -125,12 +127,10 @@ def _ppo_policy_norm(tiny_model_dir, tmp_path, *, per_network: bool, vf_coef: fl
         model=tiny_model_dir,
         tokenizer=load_tokenizer(tiny_model_dir),
         engine=HFGenerationEngine(max_new_tokens=6),
-        advantage="gae",
-        samples_per_prompt=2,
-        micro_batch_size=4,
-        max_grad_norm=1e-3,
-        vf_coef=vf_coef,
-        clip_per_network=per_network,
+        advantage={"estimator": "gae"},
+        rollout={"samples_per_prompt": 2},
+        optim={"micro_batch_size": 4, "max_grad_norm": 1e-3, "clip_per_network": per_network},
+        critic={"vf_coef": vf_coef},
     )
     probe = ClippedPolicyNorm()
     trainer = quiet_trainer(tmp_path, limit_train_batches=1, callbacks=[probe], logger=True)

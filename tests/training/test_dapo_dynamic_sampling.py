@@ -105,7 +105,9 @@ def _record_updates(module):
 
 
 def test_ppo_updates_hold_one_batch_of_informative_groups_and_resume(tiny_model_dir, tmp_path):
-    kwargs = dict(reward=HalfConstantReward(), dynamic_sampling=True, samples_per_prompt=G)
+    kwargs = dict(
+        reward=HalfConstantReward(), rollout={"dynamic_sampling": True, "samples_per_prompt": G}
+    )
     loader = prompt_loader(make_module(tiny_model_dir, **kwargs).tokenizer, PROMPTS, 4)
     first = make_module(tiny_model_dir, **kwargs)
     run = trainer(tmp_path, limit_train_batches=1)

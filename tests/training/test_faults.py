@@ -176,9 +176,12 @@ class NaNLossTerm(L.Callback):
 def test_ppo_module_skips_a_nan_loss_and_trains_on(tiny_model_dir: str, tmp_path: Path) -> None:
     tokenizer = load_tokenizer(tiny_model_dir)
     module = PPOModule(
-        reward=DigitFractionReward(), model=tiny_model_dir, tokenizer=tokenizer, lr=1e-3,
-        engine=HFGenerationEngine(max_new_tokens=6), micro_batch_size=4,
-    )  # fmt: skip
+        reward=DigitFractionReward(),
+        model=tiny_model_dir,
+        tokenizer=tokenizer,
+        optim={"lr": 1e-3, "micro_batch_size": 4},
+        engine=HFGenerationEngine(max_new_tokens=6),
+    )
     probe = NaNLossTerm(at=1)
     trainer = quiet_trainer(tmp_path, max_epochs=1, limit_train_batches=3, callbacks=[probe])
     with pytest.warns(UserWarning, match="non-finite loss"):

@@ -71,7 +71,7 @@ def test_mlflow_fragment_logs_every_metric_and_the_hyperparameters(tmp_path):
     # MLflow keys allow no '@': Lightning's logger writes val/pass@1 as val/pass1
     logged = {key.replace("@", "") for row in rows for key, value in row.items() if value}
     assert logged - {"step"} <= set(run.data.metrics)
-    assert run.data.params["samples_per_prompt"] == "4"
+    assert run.data.params["rollout/samples_per_prompt"] == "4"
     assert run.data.params["model"] == "builtin:tiny-llama"
 
 

@@ -23,7 +23,8 @@ from lit_rlhf.modules import (
     RewardModelModule,
 )
 from lit_rlhf.rollout import HFGenerationEngine
-from lit_rlhf.training import LRSchedule, LRScheduleSettings
+from lit_rlhf.settings import OptimSettings
+from lit_rlhf.training import LRSchedule
 from lit_rlhf.training.lr_schedule import LR_KEY, scheduled_total
 from tests.distributed.launch import run_python
 from tests.helpers import ConstantReward, prompt_loader, quiet_trainer
@@ -44,7 +45,7 @@ from tests.training.record_lr import RecordLR
 REPO = Path(__file__).resolve().parents[2]
 
 
-def lrs_of(settings: LRScheduleSettings, steps: int, lr: float = 1e-3, **trainer: Any) -> list:
+def lrs_of(settings: OptimSettings, steps: int, lr: float = 1e-3, **trainer: Any) -> list:
     """The lr of ``steps`` optimizer steps of one param group (one step per batch)."""
     group = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.AdamW([group], lr=lr)
@@ -55,7 +56,7 @@ def lrs_of(settings: LRScheduleSettings, steps: int, lr: float = 1e-3, **trainer
 
 # ------------------------------------------------------------------------- the shape, by hand
 def test_warmup_then_cosine_schedule_reaches_the_hand_computed_lr() -> None:
-    settings = LRScheduleSettings(
+    settings = OptimSettings(
         lr_warmup_steps=2, lr_schedule="cosine", min_lr_ratio=0.1, lr_total_steps=10
     )
     lrs = lrs_of(settings, 13, lr=1e-3)
@@ -71,7 +72,7 @@ def test_warmup_then_cosine_schedule_reaches_the_hand_computed_lr() -> None:
 
 
 def test_warmup_ratio_then_linear_schedule_by_hand() -> None:
-    settings = LRScheduleSettings(
+    settings = OptimSettings(
         lr_warmup_ratio=0.25, lr_schedule="linear", min_lr_ratio=0.5, lr_total_steps=10
     )
     assert settings.warmup_steps(10) == 2  # int(0.25 x 10) = int(2.5) = 2, rounded down as verl
@@ -85,7 +86,7 @@ def test_warmup_ratio_then_linear_schedule_by_hand() -> None:
 def test_schedule_scales_every_param_group_from_its_own_base_lr() -> None:
     policy, critic = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.AdamW([{"params": [policy], "lr": 1e-3}, {"params": [critic]}], lr=1e-2)
-    schedule = LRSchedule(LRScheduleSettings(lr_warmup_steps=4))
+    schedule = LRSchedule(OptimSettings(lr_warmup_steps=4))
     for _ in range(3):
         schedule.apply(None, optimizer)
     # the third step: factor 2/4 of each group's own lr; the base kept as initial_lr
@@ -94,7 +95,7 @@ def test_schedule_scales_every_param_group_from_its_own_base_lr() -> None:
 
 
 def test_constant_schedule_without_warmup_keeps_the_lr() -> None:
-    assert lrs_of(LRScheduleSettings(), 3, lr=1e-5) == pytest.approx([1e-5] * 3)
+    assert lrs_of(OptimSettings(), 3, lr=1e-5) == pytest.approx([1e-5] * 3)
 
 
 # ------------------------------------------------------------------ the total, from the trainer
@@ -140,7 +141,7 @@ def test_schedule_total_derived_from_the_trainer(
         (dict(lr_schedule="cosine", lr_total_steps=0), "lr_total_steps=0 must be an integer"),
         (
             dict(lr_schedule="cosine", lr_warmup_steps=10, lr_total_steps=10),
-            "the lr warmup takes 10 steps of the lr_total_steps=10 training batches",
+            "the lr warmup takes 10 steps of the optim.lr_total_steps=10 training batches",
         ),
         (
             dict(lr_schedule="cosine", lr_warmup_ratio=0.05, lr_total_steps=10),
@@ -159,31 +160,31 @@ def test_refused_schedule_settings_fail_when_the_module_is_built(
         "rm": RewardModelModule,
     }[module]
     with pytest.raises(ValueError, match=message) as error:
-        build(**kwargs)  # builds no model: the refusal comes first
+        build(optim=kwargs)  # builds no model: the refusal comes first
     assert "Fix:" in str(error.value)
 
 
 def test_refused_schedule_for_the_derived_total() -> None:
     # 3 training batches: a warmup of 3 never reaches the lr
-    warmup = LRScheduleSettings(lr_warmup_steps=3, lr_schedule="cosine")
+    warmup = OptimSettings(lr_warmup_steps=3, lr_schedule="cosine")
     trainer = dict(max_epochs=1, num_training_batches=3, max_steps=-1)
     with pytest.raises(ValueError, match=r"warmup takes 3 steps of the 3 training batches der"):
         lrs_of(warmup, 1, **trainer)
     # no end to the run and no lr_total_steps: a cosine has nothing to end at
-    cosine = LRScheduleSettings(lr_schedule="cosine")
+    cosine = OptimSettings(lr_schedule="cosine")
     endless = dict(max_epochs=-1, num_training_batches=math.inf, max_steps=-1)
-    with pytest.raises(ValueError, match=r"set model\.init_args\.lr_total_steps"):
+    with pytest.raises(ValueError, match=r"set model\.init_args\.optim\.lr_total_steps"):
         lrs_of(cosine, 1, **endless)
     # a ratio of a short run (a test run of a preset) that rounds to no step: a warning
     with pytest.warns(UserWarning, match="rounds down to no warmup step"):
-        lrs = lrs_of(LRScheduleSettings(lr_warmup_ratio=0.1), 2, **trainer)
+        lrs = lrs_of(OptimSettings(lr_warmup_ratio=0.1), 2, **trainer)
     assert lrs == pytest.approx([1e-3, 1e-3])
 
 
 def test_schedule_resumed_under_other_trainer_limits_warns_and_follows_the_new_total() -> None:
     group = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.AdamW([group], lr=1e-3)
-    first = LRSchedule(LRScheduleSettings(lr_schedule="linear", min_lr_ratio=0.5))
+    first = LRSchedule(OptimSettings(lr_schedule="linear", min_lr_ratio=0.5))
     first.apply(SimpleNamespace(max_epochs=1, num_training_batches=10, max_steps=-1), optimizer)
     resumed = LRSchedule(first.settings)
     resumed.load_state_dict(first.state_dict())  # 1 batch done of a total of 10
@@ -215,14 +216,16 @@ def ppo_lrs(tiny_model_dir: str, root: Path, interval: str) -> tuple[Any, Record
         model=tiny_model_dir,
         tokenizer=load_tokenizer(tiny_model_dir),
         engine=HFGenerationEngine(max_new_tokens=4),
-        samples_per_prompt=2,
-        mini_batch_size=4,
-        micro_batch_size=4,
-        lr=1e-3,
-        lr_warmup_steps=1,
-        lr_schedule="linear",
-        min_lr_ratio=0.5,
-        lr_interval=interval,  # type: ignore[arg-type]
+        rollout={"samples_per_prompt": 2},
+        update={"mini_batch_size": 4},
+        optim=OptimSettings(
+            micro_batch_size=4,
+            lr=1e-3,
+            lr_warmup_steps=1,
+            lr_schedule="linear",
+            min_lr_ratio=0.5,
+            lr_interval=interval,  # type: ignore[arg-type]
+        ),
     )
     record = RecordLR()
     trainer = quiet_trainer(root, limit_train_batches=3, callbacks=[record])
@@ -260,10 +263,10 @@ RESUMED = Case(
     COUNTDOWN,
     (
         *DIGITS,
-        "--model.init_args.mini_batch_size=8",
-        "--model.init_args.lr_warmup_steps=1",
-        "--model.init_args.lr_schedule=cosine",
-        "--model.init_args.min_lr_ratio=0.1",
+        "--model.init_args.update.mini_batch_size=8",
+        "--model.init_args.optim.lr_warmup_steps=1",
+        "--model.init_args.optim.lr_schedule=cosine",
+        "--model.init_args.optim.min_lr_ratio=0.1",
     ),
 )
 
@@ -308,9 +311,9 @@ def test_schedule_survives_a_kill_and_resume_exactly(
 
 # ------------------------------------------------------------------- GRM, compressor and RM
 SCHEDULE = (
-    "--model.init_args.lr_warmup_steps=1",
-    "--model.init_args.lr_schedule=linear",
-    "--model.init_args.min_lr_ratio=0.5",
+    "--model.init_args.optim.lr_warmup_steps=1",
+    "--model.init_args.optim.lr_schedule=linear",
+    "--model.init_args.optim.min_lr_ratio=0.5",
 )
 
 
@@ -367,7 +370,7 @@ def test_deepspeed_optimizer_steps_with_the_schedule_lr(tiny_model_dir: str, tmp
 def test_idle_batches_are_left_out_of_the_derived_total(interval: Any, total: int) -> None:
     """One-step-off training's first max_staleness batches take no optimizer step: the derived
     total leaves them out (here 5 batches, 1 idle, 2 optimizer steps per batch)."""
-    settings = LRScheduleSettings(lr_schedule="cosine", lr_interval=interval)
+    settings = OptimSettings(lr_schedule="cosine", lr_interval=interval)
     trainer = SimpleNamespace(max_epochs=1, num_training_batches=5, max_steps=-1)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     schedule = LRSchedule(settings, idle_batches=1)

@@ -13,9 +13,10 @@ import torch
 from lit_rlhf.envs import CountdownCalculatorEnv, StepResult
 from lit_rlhf.models import load_causal_lm, load_tokenizer
 from lit_rlhf.rollout import HFGenerationEngine
+from lit_rlhf.settings import AdvantageSettings, EnvironmentSettings
 from lit_rlhf.training import PPOSettings
 from lit_rlhf.training.experience import build_experience, compute_advantages
-from lit_rlhf.training.multiturn import MultiTurnRollout, MultiTurnSettings
+from lit_rlhf.training.multiturn import MultiTurnRollout
 from lit_rlhf.training.ppo_update import PPOUpdate
 from lit_rlhf.training.rollouts import RolloutCollector
 from lit_rlhf.types import GenerationOutput
@@ -85,7 +86,7 @@ def _calculator_episode(tokenizer, settings=None):
     turn1 = [*_encode(tokenizer, "  <tool>calculator:  3*(4+5) </tool>  "), eos]
     turn2 = [*_encode(tokenizer, " <answer>3*(4+5)</answer> "), eos]
     engine = ScriptedEngine([[turn1], [turn2]])
-    loop = MultiTurnRollout(CountdownCalculatorEnv(), settings or MultiTurnSettings(max_turns=3))
+    loop = MultiTurnRollout(CountdownCalculatorEnv(), settings or EnvironmentSettings(max_turns=3))
     collector = RolloutCollector(engine, ConstantReward(1.0), multiturn=loop)
     policy = load_causal_lm("builtin:tiny-llama")
     rollout = collector.collect(policy, tokenizer, _batch(tokenizer), samples_per_prompt=1)
@@ -163,7 +164,7 @@ def test_env_turn_rewards_sit_on_each_turns_last_agent_token_with_gae(tokenizer)
     rollout.turn_rewards = torch.tensor([[0.5, 0.25, 0.0]])
     rollout.scores = torch.tensor([1.75])  # final 1.0 + turn rewards 0.75
     values = torch.zeros(rollout.response_ids.shape)
-    settings = PPOSettings(advantage="gae", whiten_advantages=False)
+    settings = PPOSettings(advantage=AdvantageSettings(estimator="gae", whiten=False))
     adv, returns = compute_advantages(
         rollout, settings, old_log_probs=None, ref_log_probs=None, values=values, kl_coef=0.0
     )
@@ -197,7 +198,7 @@ def test_bad_tool_call_env_exception_and_timeout_are_observations_and_faults(tok
     eos = tokenizer.eos_token_id
     turns = ["<tool>calculator 3</tool>", "raise", "hang", "<answer>1</answer>"]
     engine = ScriptedEngine([[[*_encode(tokenizer, t), eos]] for t in turns])
-    settings = MultiTurnSettings(max_turns=4, env_step_timeout=0.2)
+    settings = EnvironmentSettings(max_turns=4, step_timeout=0.2)
     loop = MultiTurnRollout(FaultyEnv(), settings)
     collector = RolloutCollector(engine, ConstantReward(0.0), multiturn=loop)
     policy = load_causal_lm("builtin:tiny-llama")
@@ -222,7 +223,7 @@ class BrokenReset:
 def test_a_reset_that_raises_is_a_fault_and_ends_the_episode_after_one_turn(tokenizer):
     eos = tokenizer.eos_token_id
     engine = ScriptedEngine([[[*_encode(tokenizer, "<tool>calculator: 1+1</tool>"), eos]]])
-    loop = MultiTurnRollout(BrokenReset(), MultiTurnSettings(max_turns=3))
+    loop = MultiTurnRollout(BrokenReset(), EnvironmentSettings(max_turns=3))
     collector = RolloutCollector(engine, ConstantReward(0.0), multiturn=loop)
     policy = load_causal_lm("builtin:tiny-llama")
     rollout = collector.collect(policy, tokenizer, _batch(tokenizer), samples_per_prompt=1)
@@ -238,7 +239,7 @@ def test_tool_call_rate_is_the_share_of_episodes_with_a_well_formed_call(tokeniz
     # active): answers. Two of the four episodes called: 2 / 4 = 0.5, though three of the six
     # turns taken were not calls.
     engine = ScriptedEngine([[call, answer, call, answer], [answer, answer]])
-    loop = MultiTurnRollout(CountdownCalculatorEnv(), MultiTurnSettings(max_turns=2))
+    loop = MultiTurnRollout(CountdownCalculatorEnv(), EnvironmentSettings(max_turns=2))
     collector = RolloutCollector(engine, ConstantReward(0.0), multiturn=loop)
     policy = load_causal_lm("builtin:tiny-llama")
     rollout = collector.collect(policy, tokenizer, _batch(tokenizer, 4), samples_per_prompt=1)
@@ -247,15 +248,15 @@ def test_tool_call_rate_is_the_share_of_episodes_with_a_well_formed_call(tokeniz
 
 
 def test_token_budget_cut_is_masked_or_penalised(tokenizer):
-    settings = MultiTurnSettings(max_turns=3, max_turn_tokens=4)
+    settings = EnvironmentSettings(max_turns=3, max_turn_tokens=4)
     rollout, *_ = _calculator_episode(tokenizer, settings)
     assert bool(rollout.cut[0]) and int(rollout.agent_mask.sum()) == 4  # turn 1 cut at 4
     assert rollout.turn_ends[0].tolist() == [3, -1, -1]
-    penalised = MultiTurnSettings(max_turns=3, max_episode_tokens=6, budget_penalty=-1.0)
+    penalised = EnvironmentSettings(max_turns=3, max_episode_tokens=6, budget_penalty=-1.0)
     rollout, *_ = _calculator_episode(tokenizer, penalised)
     assert bool(rollout.cut[0]) and float(rollout.scores[0]) == -1.0
     with pytest.raises(ValueError, match="Fix:"):
-        MultiTurnSettings(max_turns=0).check()
+        EnvironmentSettings(max_turns=0)
 
 
 class BudgetSpy(HFGenerationEngine):
@@ -273,7 +274,7 @@ class BudgetSpy(HFGenerationEngine):
 
 def test_engines_get_the_turn_budget_per_call(tokenizer):
     engine = BudgetSpy(max_new_tokens=32)
-    settings = MultiTurnSettings(max_turns=2, max_turn_tokens=5, max_episode_tokens=40)
+    settings = EnvironmentSettings(max_turns=2, max_turn_tokens=5, max_episode_tokens=40)
     loop = MultiTurnRollout(CountdownCalculatorEnv(), settings)
     collector = RolloutCollector(engine, ConstantReward(0.0), multiturn=loop)
     policy = load_causal_lm("builtin:tiny-llama")

@@ -31,7 +31,7 @@ class CountingReward:
 
 def _step(reward: Any) -> PolicyStep:
     collector = RolloutCollector(HFGenerationEngine(), reward)
-    return PolicyStep(PPOSettings(), collector, max_grad_norm=1.0)
+    return PolicyStep(PPOSettings(), collector)
 
 
 def test_reward_state_is_saved_and_restored() -> None:

@@ -54,11 +54,13 @@ def test_bf16_weights_lose_most_small_adamw_updates() -> None:
 @pytest.mark.parametrize("strategy", [SingleDeviceStrategy("cpu"), DDPStrategy()])
 def test_16_bit_trainable_weights_without_deepspeed_are_refused(strategy: Any, dtype: str) -> None:
     with pytest.raises(ValueError) as err:
-        check_trainable_precision(_trainer(strategy, "bf16-mixed"), {"dtype": dtype})
+        check_trainable_precision(_trainer(strategy, "bf16-mixed"), {"precision.dtype": dtype})
     message = str(err.value)
-    assert f"model.init_args.dtype: {dtype}" in message  # the setting
+    assert f"model.init_args.precision.dtype: {dtype}" in message  # the setting
     assert "no float32 master weights" in message  # the cause
-    assert "model.init_args.dtype: float32 with trainer.precision: bf16-mixed" in message  # fix
+    assert (
+        "model.init_args.precision.dtype: float32 with trainer.precision: bf16-mixed" in message
+    )  # fix
     assert "configs/trainer/deepspeed_zero2.yaml" in message
 
 
@@ -172,15 +174,19 @@ def _fit_args(config: str, root: Path, *extra: str) -> list[str]:
 
 @pytest.mark.parametrize("config", [PPO, RM])
 def test_bf16_trainable_weights_are_refused_before_any_load(config: str, tmp_path: Path) -> None:
-    """``lit-rlhf fit --config <tiny> --model.init_args.dtype=bfloat16``: refused in ``setup``
+    """``lit-rlhf fit --config <tiny> --model.init_args.precision.dtype=bfloat16``: refused in
+    ``setup``
     with the fix named, before the networks load (the run used to save bf16 weights and bf16
     Adam state)."""
-    args = _fit_args(config, tmp_path, "--model.init_args.dtype=bfloat16")[1:]  # no subcommand
+    args = _fit_args(config, tmp_path, "--model.init_args.precision.dtype=bfloat16")[
+        1:
+    ]  # no subcommand
     cli = cli_main(args, run=False)
-    with pytest.raises(ValueError, match=r"model\.init_args\.dtype: bfloat16") as err:
+    with pytest.raises(ValueError, match=r"model\.init_args\.precision\.dtype: bfloat16") as err:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    assert "Fix: set model.init_args.dtype: float32 with trainer.precision: bf16-mixed" in str(
-        err.value
+    assert (
+        "Fix: set model.init_args.precision.dtype: float32 with trainer.precision: bf16-mixed"
+        in str(err.value)
     )
     network = cli.model.policy if config == PPO else cli.model.model
     assert network is None  # configure_model never ran
@@ -211,7 +217,7 @@ def test_deepspeed_zero2_bf16_keeps_float32_masters_and_adam_state(tmp_path: Pat
     are float32 (DeepSpeed's bf16 optimizer)."""
     fit_with_fragment(
         "cpu_deepspeed_zero2", tmp_path, "--trainer.devices=1", "--trainer.precision=bf16-mixed",
-        "--model.init_args.dtype=bfloat16", "--trainer.fast_dev_run=false",
+        "--model.init_args.precision.dtype=bfloat16", "--trainer.fast_dev_run=false",
         "--trainer.max_steps=1", "--trainer.limit_val_batches=0", "--trainer.logger=false",
         "--trainer.callbacks=[]",
     )  # fmt: skip
@@ -229,8 +235,8 @@ def test_a_frozen_reference_may_be_bf16_beside_a_float32_policy(tmp_path: Path) 
     """``reference_dtype: bfloat16`` with ``dtype: float32``: the reference (frozen) is stored
     in bf16, the policy trains in float32; a KL step runs under plain float32 precision, and
     the checkpoint holds only float32 trained weights and Adam state (no reference in it)."""
-    args = _fit_args(PPO, tmp_path, "--model.init_args.kl_coef=0.1",
-                     "--model.init_args.reference_dtype=bfloat16")  # fmt: skip
+    args = _fit_args(PPO, tmp_path, "--model.init_args.kl.coef=0.1",
+                     "--model.init_args.precision.reference_dtype=bfloat16")  # fmt: skip
     cli = cli_main(args)
     assert cli.model.ref_policy.dtype == torch.bfloat16
     assert cli.model.policy.dtype == torch.float32

@@ -148,7 +148,7 @@ def test_adaptive_kl_drives_any_module_with_the_protocol(tmp_path):
 
 
 def test_adaptive_kl_refuses_a_module_without_a_positive_coefficient(tmp_path):
-    with pytest.raises(ValueError, match="kl_coef > 0"):
+    with pytest.raises(ValueError, match=r"kl\.coef > 0"):
         quiet_trainer(tmp_path, max_steps=1, callbacks=[AdaptiveKL()]).fit(
             MeasuresKL(kl=1.0, kl_coef=0.0), DataLoader(torch.zeros(1, 1))
         )
