@@ -47,6 +47,7 @@ jsonargparse's union report with its namespace dump.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from typing import Any, Literal
@@ -93,10 +94,16 @@ class LitRLHFCLI(LightningCLI):
         parser.link_arguments("data.tokenizer", "model.init_args.tokenizer", apply_on="instantiate")
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        super().parse_arguments(parser, args)
         argv = sys.argv[1:] if args is None else args
-        if isinstance(argv, list | tuple):
-            refuse_abbreviations(parser, [str(a) for a in argv], self.config)
+        if not isinstance(argv, list | tuple):  # a dict or namespace from Python
+            return super().parse_arguments(parser, args)
+        argv = [str(a) for a in argv]
+        given = group_nulls_as_dicts(argv)
+        if args is None:  # the command line itself (LightningCLI warns about args and argv)
+            self.config = parser.parse_args(given)
+        else:
+            super().parse_arguments(parser, given)
+        refuse_abbreviations(parser, argv, self.config)
 
     def after_instantiate_classes(self) -> None:
         use_atomic_checkpoint_io(self.trainer.strategy)
@@ -179,6 +186,31 @@ class LitRLHFCLI(LightningCLI):
                 "trained weights instead of resuming.",
                 stacklevel=2,
             )
+
+
+_GROUP_FIELD = re.compile(r"^--(model\.init_args\.\w+)\.(\w+)$")
+_NULLS = ("null", "None", "~")
+
+
+def group_nulls_as_dicts(argv: list[str]) -> list[str]:
+    """``--model.init_args.<group>.<field>=null`` as ``--model.init_args.<group>={<field>:
+    null}``: jsonargparse parses a settings-group field given on the command line against the
+    field's first type only (``float | None`` refuses ``null``), while the dict form merges into
+    the group like any other value. Both ``--key=value`` and ``--key value`` are rewritten."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        key, eq, value = token.partition("=")
+        if not eq and i + 1 < len(argv) and _GROUP_FIELD.match(key):
+            value, i = argv[i + 1], i + 1
+        match = _GROUP_FIELD.match(key)
+        if match and value in _NULLS:
+            out.append(f"--{match.group(1)}={{{match.group(2)}: null}}")
+        else:
+            out.append(token if eq or not match else f"{token}={value}")
+        i += 1
+    return out
 
 
 def _check_resumed_tokenizer(config: Any, config_model: Any) -> None:

@@ -21,6 +21,8 @@ from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
+from lit_rlhf.settings import group_params
+
 # jsonargparse's lines that describe its own search rather than the cause
 _NOISE = (
     "Does not validate against any of the Union subtypes",
@@ -33,6 +35,7 @@ _KEY_AND_CAUSE = re.compile(r'^Parser key "([^"]+)": (.+)$')
 _CLASS = re.compile(r"^Problem with given class_path '([^']+)':$")
 _OPTION = re.compile(r"^Option '([^']+)' is not accepted")
 _GROUPS = "lit_rlhf.settings."
+_GROUP_OPTION = re.compile(r"^Group '([^']+)' does not accept option '([^']+)'")
 _CONTAINER_MISMATCH = re.compile(r"^- Expected a <class '(list|dict|tuple)'>$")
 
 
@@ -115,6 +118,8 @@ def _locate(lines: list[str]) -> tuple[str | None, str | None, str]:
         cause = match.group(2)
     if match := _OPTION.match(cause):
         keys.append(match.group(1))
+    elif match := _GROUP_OPTION.match(cause):
+        keys.extend(match.groups())  # a settings group's field: <module's init_args>.group.field
     elif keys and keys[-1] == "init_args":
         keys.pop()  # the class itself is the problem (e.g. it does not exist)
         classes.pop()
@@ -135,6 +140,11 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
         return f"remove {key} or correct its spelling{hint} (docs/settings.md lists the fields)."
     if _OPTION.match(cause):
         return f"remove {key} or correct its spelling ({where})."
+    if match := _GROUP_OPTION.match(cause):
+        group, option = match.groups()
+        close = _closest_in(_group_path(class_path, group), option)
+        hint = f"; did you mean {group}.{close}?" if close else ""
+        return f"remove {key} or correct its spelling{hint} (docs/settings.md lists the fields)."
     if cause.startswith("Expected a"):
         return f"give {key} a value of the expected type ({where})."
     if "--lr_scheduler" in cause:
@@ -153,6 +163,16 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
     if cause.startswith("unrecognized arguments"):
         return f"remove them or correct their spelling ({where})."
     return f"correct this setting in the config or on the command line ({where})."
+
+
+def _group_path(class_path: str | None, group: str) -> str:
+    """The import path of the settings-group class that ``class_path`` takes as ``group``."""
+    module, _, name = (class_path or "").rpartition(".")
+    try:
+        found = group_params(getattr(importlib.import_module(module), name)).get(group)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return ""
+    return f"{found.__module__}.{found.__name__}" if found is not None else ""
 
 
 def _closest_in(group_path: str, option: str) -> str | None:

@@ -119,7 +119,7 @@ class CompressorDecoderModule(LightningModule):
         self.precision = PrecisionSettings.coerce(precision)
         self.save_hyperparameters(ignore=["tokenizer"])
         groups = {"lora": self.lora, "optim": self.optim, "precision": self.precision}
-        store_groups(self.hparams, groups)
+        store_groups(self, groups)
         check_compressor_settings(self.hparams, self.lora, self.precision)
         self.k = num_memory_tokens or memory_tokens(compression_rate, context_tokens)  # type: ignore[arg-type]
         self.automatic_optimization = False

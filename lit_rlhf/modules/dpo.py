@@ -137,7 +137,7 @@ class DPOModule(LightningModule):
         self,
         model: str = "builtin:tiny-llama",
         tokenizer: Any = None,
-        loss: PreferenceLossSettings = PreferenceLossSettings(),  # noqa: B008 (frozen)
+        loss: PreferenceLossSettings = PreferenceLossSettings(),
         reference_model: str | None = None,
         optim: OptimSettings = _OPTIM,
         precision: PrecisionSettings = PrecisionSettings(),
@@ -153,7 +153,7 @@ class DPOModule(LightningModule):
         self.lora = LoRASettings.coerce(lora)
         self.save_hyperparameters(ignore=["tokenizer"])
         groups = {"loss": self.loss, "optim": self.optim, "precision": self.precision}
-        store_groups(self.hparams, {**groups, "lora": self.lora})
+        store_groups(self, {**groups, "lora": self.lora})
         check_dpo_settings(self, reference_model, max_length)
         self.automatic_optimization = False
         self.step_optimizer = OptimizerStep.from_settings(self.optim)

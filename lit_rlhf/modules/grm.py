@@ -38,6 +38,7 @@ from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.settings import (
     AdvantageSettings,
+    JudgeSettings,
     KLSettings,
     LoRASettings,
     MismatchSettings,
@@ -50,7 +51,6 @@ from lit_rlhf.settings import (
     refuse_flat_arguments,
     store_groups,
 )
-from lit_rlhf.settings.judge import JudgeSettings
 from lit_rlhf.training import (
     EpochEndLoaderReset,
     GlobalRNGState,
@@ -114,7 +114,7 @@ class GenerativeRewardModule(LightningModule):
         loss: PolicyLossSettings = PolicyLossSettings(),
         mismatch: MismatchSettings = MismatchSettings(),
         kl: KLSettings = KLSettings(),
-        judge: JudgeSettings = JudgeSettings(),  # noqa: B008
+        judge: JudgeSettings = JudgeSettings(),
     ) -> None:
         super().__init__()
         self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
@@ -131,7 +131,7 @@ class GenerativeRewardModule(LightningModule):
             optim=self.optim,
         )
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
-        store_groups(self.hparams, self.groups())
+        store_groups(self, self.groups())
         self.kl_coef = float(self.settings.kl.coef)  # a plain attribute: AdaptiveKL rewrites it
         _check_settings(self)
         self._init_core(reward, engine)

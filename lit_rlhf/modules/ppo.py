@@ -147,7 +147,7 @@ class PPOModule(LightningModule):
             optim=self.optim,
         )
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer", "environment"])
-        store_groups(self.hparams, self.groups())
+        store_groups(self, self.groups())
         self.kl_coef = float(self.settings.kl.coef)  # a plain attribute: AdaptiveKL rewrites it
         check_unread(self, environment)
         self._init_core(combined_reward(reward, reward_weights), engine, environment)

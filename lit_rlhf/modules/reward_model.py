@@ -95,7 +95,7 @@ class RewardModelModule(LightningModule):
         self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
         self.precision = PrecisionSettings.coerce(precision)
         self.save_hyperparameters(ignore=["tokenizer"])
-        store_groups(self.hparams, {"optim": self.optim, "precision": self.precision})
+        store_groups(self, {"optim": self.optim, "precision": self.precision})
         self.precision.refuse_unread("RewardModelModule", reference=False, checkpointing=False)
         _check_settings(margin, max_length)
         self.automatic_optimization = False

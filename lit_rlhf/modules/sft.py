@@ -83,7 +83,7 @@ class SFTModule(LightningModule):
         self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
         self.precision = PrecisionSettings.coerce(precision)
         self.save_hyperparameters(ignore=["tokenizer"])
-        store_groups(self.hparams, {"optim": self.optim, "precision": self.precision})
+        store_groups(self, {"optim": self.optim, "precision": self.precision})
         self.precision.refuse_unread("SFTModule", reference=False, checkpointing=True)
         self.automatic_optimization = False
         self.step_optimizer = OptimizerStep.from_settings(self.optim)

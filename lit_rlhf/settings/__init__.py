@@ -15,6 +15,7 @@ the concern, taken as typed constructor arguments (``model.init_args.<group>.<fi
 | ``critic`` | :class:`CriticSettings` | PPO (GAE's learned critic) |
 | ``env`` | :class:`EnvironmentSettings` | PPO (multi-turn episode limits) |
 | ``eval`` | :class:`EvalSettings` | PPO (pass@1, pass@k) |
+| ``judge`` | :class:`JudgeSettings` | GRM (the judge's evaluation and prompt format) |
 | ``loss`` | :class:`PreferenceLossSettings` | DPO (sigmoid / IPO / SimPO and their constants) |
 
 A group validates itself when it is built (before any model loads), with messages that name the
@@ -37,6 +38,7 @@ from lit_rlhf.settings.flat import (
     regroup_flat,
     store_groups,
 )
+from lit_rlhf.settings.judge import JudgeSettings
 from lit_rlhf.settings.lora import LoRASettings, Quantize
 from lit_rlhf.settings.optim import LRInterval, OptimSettings
 from lit_rlhf.settings.policy import (
@@ -57,6 +59,7 @@ __all__ = [
     "Dtype",
     "EnvironmentSettings",
     "EvalSettings",
+    "JudgeSettings",
     "KLSettings",
     "LRInterval",
     "LoRASettings",

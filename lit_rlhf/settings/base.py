@@ -2,8 +2,9 @@
 from a plain dict (a config, a checkpoint's hparams) that refuses unknown keys, and the map from
 the flat argument names of lit-rlhf <= 0.x to the dotted paths (old checkpoints, Python callers).
 
-A group is a frozen dataclass that subclasses :class:`SettingsGroup` (a mixin without fields) and
-sets ``GROUP``, the constructor argument it is taken as (``model.init_args.<GROUP>.<field>``).
+A group is a frozen dataclass that subclasses :class:`SettingsGroup` (a dataclass without
+fields) and sets ``GROUP``, the constructor argument it is taken as
+(``model.init_args.<GROUP>.<field>``).
 Fields are documented in the class docstring's ``Args:`` section: LightningCLI shows those lines
 as ``--help`` and README's tables are generated from them (:func:`field_docs`).
 """
@@ -20,8 +21,11 @@ G = TypeVar("G", bound="SettingsGroup")
 Rule = tuple[str, bool, str]  # (field, ok, the range wanted)
 
 
+@dataclasses.dataclass(frozen=True)
 class SettingsGroup:
-    """Mixin for a frozen dataclass of one concern's settings."""
+    """Base of the frozen dataclasses of one concern's settings. A dataclass itself (with no
+    fields), so that jsonargparse sees a pure dataclass and parses a group as nested options
+    (``--model.init_args.optim.lr``), not as a subclass with ``class_path`` / ``init_args``."""
 
     GROUP: ClassVar[str] = ""
     # field -> its flat argument name before groups, where the two differ (migration, messages)
@@ -53,7 +57,7 @@ class SettingsGroup:
 
     def _check_literals(self) -> None:
         hints = get_type_hints(type(self))
-        for spec in dataclasses.fields(self):  # type: ignore[arg-type]
+        for spec in dataclasses.fields(self):
             hint = hints[spec.name]
             if get_origin(hint) is Literal and getattr(self, spec.name) not in get_args(hint):
                 allowed = list(get_args(hint))
@@ -76,15 +80,15 @@ class SettingsGroup:
                 f"{cls.GROUP} must be a {cls.__name__} or a dict of its fields, got "
                 f"{type(value).__name__}. Fix: pass {cls.GROUP}={cls.__name__}(...) or a dict."
             )
-        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        names = [f.name for f in dataclasses.fields(cls)]
         for key in value:
             if key not in names:
                 raise ValueError(unknown_key_message(cls.GROUP, key, names))
-        return dataclasses.replace(base, **value)  # type: ignore[type-var]
+        return dataclasses.replace(base, **value)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (what hparams and checkpoints hold)."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return dataclasses.asdict(self)
 
 
 def unknown_key_message(group: str, key: str, names: Sequence[str]) -> str:
@@ -98,7 +102,7 @@ def unknown_key_message(group: str, key: str, names: Sequence[str]) -> str:
 
 def flat_names(group: type[SettingsGroup]) -> dict[str, str]:
     """{flat argument name before groups: field} of one group."""
-    fields = [f.name for f in dataclasses.fields(group)]  # type: ignore[arg-type]
+    fields = [f.name for f in dataclasses.fields(group)]
     return {group.FLAT_NAMES.get(name, name): name for name in fields}
 
 

@@ -63,11 +63,15 @@ def group_class_name(cls: type, arg: str) -> str:
     return group_params(cls)[arg].__name__
 
 
-def store_groups(hparams: Any, groups: Mapping[str, SettingsGroup]) -> None:
-    """Write each group into ``hparams`` as a plain dict, however the module was built (from the
-    CLI, hparams hold dicts already; from Python, the dataclass instances)."""
+def store_groups(module: Any, groups: Mapping[str, SettingsGroup]) -> None:
+    """Write each group into ``module.hparams`` (and the copy loggers log, ``hparams_initial``)
+    as a plain dict, however the module was built: from the CLI, hparams hold dicts already;
+    from Python, the dataclass instances."""
+    initial = getattr(module, "_hparams_initial", None)
     for name, group in groups.items():
-        hparams[name] = group.as_dict()
+        module.hparams[name] = group.as_dict()
+        if initial is not None:
+            initial[name] = group.as_dict()
 
 
 def regroup_flat(cls: type, hparams: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,4 +99,4 @@ def is_flat(cls: type, hparams: Mapping[str, Any]) -> bool:
 
 
 def fields_of(group: type[SettingsGroup]) -> list[str]:
-    return [f.name for f in dataclasses.fields(group)]  # type: ignore[arg-type]
+    return [f.name for f in dataclasses.fields(group)]

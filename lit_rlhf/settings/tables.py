@@ -45,10 +45,7 @@ def overview(groups: Sequence[type[SettingsGroup]], modules: Mapping[str, type])
     """README's table: one row per group (fields with the group's defaults, the modules)."""
     rows = ["| group | fields (group default) | what | modules |", "|---|---|---|---|"]
     for group in groups:
-        fields = ", ".join(
-            f"`{f.name}` {_value(f.default)}"
-            for f in dataclasses.fields(group)  # type: ignore[arg-type]
-        )
+        fields = ", ".join(f"`{f.name}` {_value(f.default)}" for f in dataclasses.fields(group))
         users = ", ".join(_users(group, modules)) or "-"
         rows.append(f"| `{group.GROUP}` | {fields} | {summary(group)} | {users} |")
     return "\n".join(rows)
@@ -61,7 +58,7 @@ def module_defaults(modules: Mapping[str, type]) -> str:
         diffs = []
         for arg, group in group_params(cls).items():
             default = _signature_default(cls, arg)
-            for spec in dataclasses.fields(group):  # type: ignore[arg-type]
+            for spec in dataclasses.fields(group):
                 mine = getattr(default, spec.name)
                 if mine != spec.default:
                     diffs.append(f"`{arg}.{spec.name}` {_value(mine)}")
@@ -80,7 +77,7 @@ def reference(groups: Sequence[type[SettingsGroup]]) -> str:
         docs = field_docs(group)
         lines = [f"### `{group.GROUP}`: {summary(group)}", "", "| key | default | meaning |"]
         lines.append("|---|---|---|")
-        for spec in dataclasses.fields(group):  # type: ignore[arg-type]
+        for spec in dataclasses.fields(group):
             meaning = docs.get(spec.name, "").replace("|", "\\|")
             key = f"{group.GROUP}.{spec.name}"
             lines.append(f"| `{key}` | {_value(spec.default)} | {meaning} |")

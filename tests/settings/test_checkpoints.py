@@ -54,6 +54,8 @@ def test_hparams_are_plain_dicts_that_load_weights_only(python_checkpoint: Path)
     }  # fmt: skip
     rebuilt = SFTModule.load_from_checkpoint(python_checkpoint)
     assert rebuilt.optim == OptimSettings(lr=1e-3, micro_batch_size=2)
+    logged = SFTModule(optim=OptimSettings(lr=1e-3)).hparams_initial  # what loggers record
+    assert logged["optim"]["lr"] == 1e-3 and isinstance(logged["precision"], dict)
 
 
 def test_a_python_built_checkpoint_resumes_through_the_cli_and_exports(

@@ -5,6 +5,7 @@ are refused from Python and regrouped when an old checkpoint is read."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -40,8 +41,8 @@ class Grouped:
         self.optim = OptimSettings.coerce(optim, _OPTIM)
         self.loss = PolicyLossSettings.coerce(loss)
         self.lora = LoRASettings.coerce(lora)
-        self.hparams: dict[str, object] = {"model": model}
-        store_groups(self.hparams, {"optim": self.optim, "loss": self.loss, "lora": self.lora})
+        self.hparams: dict[str, Any] = {"model": model}
+        store_groups(self, {"optim": self.optim, "loss": self.loss, "lora": self.lora})
 
 
 @pytest.mark.parametrize(
