@@ -71,7 +71,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a file differs")
     args = parser.parse_args()
-    stale = [path for path, text in render().items() if path.read_text() != text]
+    stale = [p for p, text in render().items() if not p.exists() or p.read_text() != text]
     if args.check:
         for path in stale:
             print(f"{path.relative_to(ROOT)} differs from the settings dataclasses")

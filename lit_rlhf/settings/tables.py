@@ -34,7 +34,7 @@ def field_docs(group: type[SettingsGroup]) -> dict[str, str]:
 def summary(group: type[SettingsGroup]) -> str:
     """The docstring's first line without the trailing key in parentheses."""
     first = (group.__doc__ or "").strip().splitlines()[0]
-    return first.split(" (``model.init_args")[0].rstrip(".")
+    return first.split(" (``model.init_args")[0].rstrip(".").replace("``", "`")
 
 
 def _users(group: type[SettingsGroup], modules: Mapping[str, type]) -> list[str]:

@@ -113,16 +113,16 @@ def compute_advantages(
             )
         kl = kl_penalty(old_log_probs, ref_log_probs, estimator=settings.kl.estimator)
         kl = kl.masked_fill(~mask, 0.0)
-    adv_settings = settings.advantage
-    estimator, gamma = adv_settings.estimator, adv_settings.gamma
+    advantage = settings.advantage
+    estimator, gamma = advantage.estimator, advantage.gamma
     if estimator == "gae":
         if values is None:
             raise ValueError("advantage='gae' needs critic values: pass the critic")
         rewards = _token_rewards(rollout, mask)
         if kl is not None:
             rewards = rewards - kl_coef * kl
-        adv, returns = gae(rewards, values, mask, gamma=gamma, lam=adv_settings.lam)
-        return (masked_whiten(adv, mask) if adv_settings.whiten else adv), returns
+        adv, returns = gae(rewards, values, mask, gamma=gamma, lam=advantage.lam)
+        return (masked_whiten(adv, mask) if advantage.whiten else adv), returns
     if estimator in ("reinforce_pp", "reinforce_pp_baseline"):
         baseline = estimator == "reinforce_pp_baseline"
         adv = reinforce_pp_advantages(
@@ -131,9 +131,7 @@ def compute_advantages(
         )  # fmt: skip
         return adv, None
     scores = rollout.scores if kl is None else rollout.scores - kl_coef * kl.sum(1)
-    return _group_advantages(scores, rollout.group_ids, estimator, adv_settings)[
-        :, None
-    ] * mask, None
+    return _group_advantages(scores, rollout.group_ids, estimator, advantage)[:, None] * mask, None
 
 
 def _agent_tokens(rollout: Rollout) -> Tensor:
@@ -155,11 +153,11 @@ def _token_rewards(rollout: Rollout, mask: Tensor) -> Tensor:
 
 
 def _group_advantages(
-    scores: Tensor, group_ids: Tensor, estimator: str, settings: AdvantageSettings
+    scores: Tensor, group_ids: Tensor, estimator: str, advantage: AdvantageSettings
 ) -> Tensor:
     if estimator == "grpo":
         return group_advantages(
-            scores, group_ids, scale_by_std=settings.scale_by_std, eps=settings.eps
+            scores, group_ids, scale_by_std=advantage.scale_by_std, eps=advantage.eps
         )
     if estimator == "rloo":
         return rloo_advantages(scores, group_ids)

@@ -77,7 +77,8 @@ class LRSchedule:
     def __init__(self, settings: OptimSettings | None = None, idle_batches: int = 0) -> None:
         if idle_batches < 0:
             raise ValueError(f"idle_batches must be >= 0, got {idle_batches}")
-        self.settings = settings or OptimSettings()
+        self.optim = settings or OptimSettings()
+        self.interval = self.optim.lr_interval
         self.idle_batches = idle_batches
         self.batches = 0  # training batches completed
         self.steps = 0  # optimizer steps taken
@@ -93,7 +94,7 @@ class LRSchedule:
         if self._factor is None:
             self._resolve(trainer, steps_per_batch)
         assert self._factor is not None
-        count = self.batches if self.settings.lr_interval == "batch" else self.steps
+        count = self.batches if self.interval == "batch" else self.steps
         factor = self._factor(count)
         groups = optimizer.param_groups
         if self.base_lrs is None:
@@ -112,33 +113,33 @@ class LRSchedule:
         return float(groups[0]["lr"])
 
     def _resolve(self, trainer: Any, steps_per_batch: int) -> None:
-        settings, total = self.settings, self.settings.lr_total_steps
+        optim, total = self.optim, self.optim.lr_total_steps
         if total is None and trainer is not None:
             total = scheduled_total(
-                settings.lr_interval,
+                self.interval,
                 max_epochs=trainer.max_epochs,
                 batches_per_epoch=trainer.num_training_batches,
                 max_steps=trainer.max_steps,
                 steps_per_batch=steps_per_batch,
             )
             if total is not None:
-                per_batch = 1 if settings.lr_interval == "batch" else steps_per_batch
+                per_batch = 1 if self.interval == "batch" else steps_per_batch
                 total = max(1, total - self.idle_batches * per_batch)
-                settings.check_total(total, derived=True)
-        if total is None and settings.needs_total:
+                optim.check_total(total, derived=True)
+        if total is None and optim.needs_total:
             raise ValueError(
-                f"lr_schedule={settings.lr_schedule!r} / lr_warmup_ratio="
-                f"{settings.lr_warmup_ratio} need the number of scheduled steps, and the trainer "
+                "optim.lr_schedule (linear / cosine) and optim.lr_warmup_ratio need the number "
+                "of scheduled steps, and the trainer "
                 "sets no end (max_epochs and max_steps -1, or a loader without a length). Fix: "
                 "set model.init_args.optim.lr_total_steps, or trainer.max_steps."
             )
         moved = self._saved_total is not None and total != self._saved_total
-        if moved and settings.needs_total:  # a constant lr (and its warmup) ignores the total
+        if moved and optim.needs_total:  # a constant lr (and its warmup) ignores the total
             rank_zero_warn(
                 f"the lr schedule's total changed from {self._saved_total} to {total} steps "
                 "since the checkpoint (other trainer limits): the lr follows the new total."
             )
-        self.total, self._factor = total, settings.schedule(total)
+        self.total, self._factor = total, optim.schedule(total)
 
     def state_dict(self) -> dict[str, Any]:
         return {

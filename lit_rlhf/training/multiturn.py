@@ -76,14 +76,14 @@ class MultiTurnOutput:
 class MultiTurnRollout:
     """Runs episodes of ``environment`` (a prototype copied per episode) with any engine."""
 
-    def __init__(self, environment: Any, settings: EnvironmentSettings) -> None:
+    def __init__(self, environment: Any, env: EnvironmentSettings) -> None:
         check_environment(environment)
         self.environment = environment
-        self.settings = settings  # validated when built
-        self.timeout, self.max_turns = settings.step_timeout, settings.max_turns
-        self.turn_tokens = settings.max_turn_tokens
-        self.episode_tokens = settings.max_episode_tokens
-        self.budget_penalty = settings.budget_penalty
+        self.settings = env  # validated when built
+        self.timeout, self.max_turns = env.step_timeout, env.max_turns
+        self.turn_tokens = env.max_turn_tokens
+        self.episode_tokens = env.max_episode_tokens
+        self.budget_penalty = env.budget_penalty
         self._roles: dict[int, str] = {}  # id(tokenizer) -> the role environment turns use
 
     def generate(

@@ -97,7 +97,7 @@ class OptimizerStep:
                 f"max_grad_norm must be > 0 or None (no clipping), got {max_grad_norm}"
             )
         self.max_grad_norm = max_grad_norm
-        self.settings = OptimSettings(max_grad_norm=max_grad_norm)
+        self.optim = OptimSettings(max_grad_norm=max_grad_norm)
         self.norm_key = norm_key
         self.skips = NonFiniteSkips(max_consecutive_skips)
         self.lr = LRSchedule(lr_schedule, idle_batches=lr_idle_batches)
@@ -116,15 +116,13 @@ class OptimizerStep:
             clip_grad_per_group=optim.clip_per_network,
             lr_idle_batches=lr_idle_batches,
         )
-        step.settings = optim
+        step.optim = optim
         return step
 
     def adamw(self, params: Any) -> torch.optim.AdamW:
         """AdamW over ``params`` (tensors, or param groups that may carry their own ``lr``) with
         the ``optim`` group's lr and weight decay."""
-        return torch.optim.AdamW(
-            params, lr=self.settings.lr, weight_decay=self.settings.weight_decay
-        )
+        return torch.optim.AdamW(params, lr=self.optim.lr, weight_decay=self.optim.weight_decay)
 
     def configure(self, strategy: Any) -> None:
         """Check the strategy (:meth:`check_strategy`) and hand the clipping norm to DeepSpeed

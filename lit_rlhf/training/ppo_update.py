@@ -290,7 +290,7 @@ class PPOUpdate:
     ) -> Tensor:  # fmt: skip
         """The clipped surrogate per token (PPO's token ratio or GSPO's sequence ratio), weighted
         by the mismatch correction's importance weights."""
-        s, loss = self.settings.mismatch, self.settings.loss
+        mismatch, loss = self.settings.mismatch, self.settings.loss
         surrogate = gspo_policy_loss if loss.policy_loss == "gspo" else clipped_policy_loss
         pg, stats = surrogate(
             log_probs, old, adv, mask,
@@ -304,12 +304,14 @@ class PPOUpdate:
         stats_mm = mismatch_stats(old, engine, mask)
         self.add({f"rollout/mismatch_{k}": v for k, v in stats_mm.items()})
         if self.mismatch == "tis":
-            cap = s.cap
+            cap = mismatch.cap
             weights = truncated_importance_weights(old, engine, cap=cap)
             capped = (weights >= cap).float()  # the weights hold min(ratio, cap)
             self._record("rollout/mismatch_capped_fraction", masked_mean(capped, mask))
         elif self.mismatch == "mask":
-            weights = masked_importance_weights(old, engine, mask, low=s.low, high=s.high)
+            weights = masked_importance_weights(
+                old, engine, mask, low=mismatch.low, high=mismatch.high
+            )
             self._record("rollout/mismatch_masked_fraction", masked_mean(1 - weights, mask))
         else:
             return pg
@@ -335,9 +337,9 @@ class PPOUpdate:
         ref = self.experience.ref_log_probs
         if not (self.kl_coef > 0 and not self.settings.kl_in_reward and ref is not None):
             return None
-        kl_settings = self.settings.kl
-        kl = kl_penalty(log_probs, ref[micro][:, rcols], estimator=kl_settings.estimator)
-        if kl_settings.ratio_correction:
+        estimator = self.settings.kl.estimator
+        kl = kl_penalty(log_probs, ref[micro][:, rcols], estimator=estimator)
+        if self.settings.kl.ratio_correction:
             kl = kl * torch.exp(log_probs - old.detach())
         self._record("ppo/kl_loss", masked_mean(kl, mask))
         return self.kl_coef * kl

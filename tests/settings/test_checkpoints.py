@@ -29,7 +29,10 @@ def python_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One optimizer step of an SFTModule built in Python, saved by the Trainer."""
     folder = tmp_path_factory.mktemp("python_built")
     module = SFTModule(model="builtin:tiny-llama", optim=OptimSettings(lr=1e-3, micro_batch_size=2))
-    data = SFTDataModule(tokenizer="builtin:tiny-llama", train=SAMPLE, batch_size=4)
+    data = SFTDataModule(
+        tokenizer="builtin:tiny-llama", train=SAMPLE, batch_size=4,
+        prompt_field="question", response_field="reference",
+    )  # fmt: skip
     trainer = Trainer(
         accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, limit_val_batches=0, default_root_dir=folder,
@@ -41,9 +44,14 @@ def python_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    """The CLI run from the repository (the config's data paths are relative to it), writing
+    nothing there: no logger, no checkpoints, no export_dir, the root dir in ``cwd``."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    quiet = [f"--trainer.default_root_dir={cwd}", "--trainer.logger=false"]
     cmd = [sys.executable, "-m", "lit_rlhf.cli", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    if args[0] != "export":
+        cmd += [*quiet, "--trainer.enable_checkpointing=false", "--model.init_args.export_dir=null"]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_hparams_are_plain_dicts_that_load_weights_only(python_checkpoint: Path) -> None:
@@ -63,9 +71,7 @@ def test_a_python_built_checkpoint_resumes_through_the_cli_and_exports(
 ) -> None:
     resumed = _cli(
         "fit", "--config", CONFIG, "--ckpt_path", str(python_checkpoint),
-        "--trainer.max_steps=2", "--trainer.max_epochs=-1", "--trainer.logger=false",
-        "--trainer.enable_checkpointing=false", "--model.init_args.export_dir=null",
-        cwd=tmp_path,
+        "--trainer.max_steps=2", "--trainer.max_epochs=-1", cwd=tmp_path,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "Restored all states from the checkpoint" in resumed.stderr + resumed.stdout

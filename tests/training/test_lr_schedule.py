@@ -186,7 +186,7 @@ def test_schedule_resumed_under_other_trainer_limits_warns_and_follows_the_new_t
     optimizer = torch.optim.AdamW([group], lr=1e-3)
     first = LRSchedule(OptimSettings(lr_schedule="linear", min_lr_ratio=0.5))
     first.apply(SimpleNamespace(max_epochs=1, num_training_batches=10, max_steps=-1), optimizer)
-    resumed = LRSchedule(first.settings)
+    resumed = LRSchedule(first.optim)
     resumed.load_state_dict(first.state_dict())  # 1 batch done of a total of 10
     with pytest.warns(UserWarning, match="total changed from 10 to 5 steps"):
         lr = resumed.apply(
