@@ -76,7 +76,7 @@ def check_trainable_precision(trainer: Any, dtypes: Mapping[str, str]) -> None:
         raise ValueError(
             f"trainer.precision: {precision} {under} casts every weight, the trainable ones too, "
             "to 16 bits with no float32 master weights, so most small updates round away. "
-            + _FIX.format(setting="model.init_args.dtype")
+            + _FIX.format(setting="model.init_args.precision.dtype")
         )
 
 
