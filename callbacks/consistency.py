@@ -9,7 +9,7 @@ terms gets them, and they need no gold label.
   authors' code skips the update: appending the memory's own sign would reinforce it with no
   evidence). The memory is training state: it is saved in every checkpoint and restored on
   resume, and under data parallelism every rank applies every rank's updates, so all ranks hold
-  the same memory. Seed it with ``initial_memory`` from ``scripts/seed_consistrm_memory.py``
+  the same memory. Seed it with ``initial_memory`` from ``scripts/data/seed_consistrm_memory.py``
   (the authors: 8 votes of the starting judge per query).
 - :class:`CritiqueConsistencyReward` (semantic consistency): embeds each rollout's whole response
   (the authors' code; ``text: critique`` embeds only the text before the result); the most
@@ -67,8 +67,8 @@ class ConsistencyAnswerReward(Callback):
         defaults to 0 because the module's format reward already gives such outputs its
         ``invalid`` score (the authors' code); set -1 to follow the paper's text.
     initial_memory: optional JSONL of ``{"query_id": ..., "labels": [-1, 1, ...]}`` rows that
-        seeds the memory: ``scripts/seed_consistrm_memory.py`` writes the starting judge's votes
-        (the authors: 8 per query).
+        seeds the memory: ``scripts/data/seed_consistrm_memory.py`` writes the starting judge's
+        votes (the authors: 8 per query).
     initial_overflow: a row of ``initial_memory`` with more than ``cap`` labels: ``newest``
         keeps its last ``cap`` labels (labels are oldest first; warned once, with the number
         of rows cut), ``evict`` replays the labels through the training-time eviction (drop one

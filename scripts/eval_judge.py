@@ -106,11 +106,26 @@ def build_judge(opts: argparse.Namespace) -> tuple[Any, str]:
     engine = HFGenerationEngine(max_new_tokens=opts.max_new_tokens, temperature=opts.temperature)
     judging = {"eval_samples": opts.samples, "inference": opts.inference}
     if opts.checkpoint:
+        judge = {**checkpoint_judge(opts.checkpoint), **judging}  # its format, this inference
         module = GenerativeRewardModule.load_from_checkpoint(
-            opts.checkpoint, weights_only=True, engine=engine, **judging
+            opts.checkpoint, weights_only=True, engine=engine, judge=judge
         )
         return module, module.hparams["model"]
-    return GenerativeRewardModule(model=opts.model, engine=engine, **judging), opts.model
+    return GenerativeRewardModule(model=opts.model, engine=engine, judge=judging), opts.model
+
+
+def checkpoint_judge(path: str) -> dict[str, Any]:
+    """The ``judge`` group a ``GenerativeRewardModule`` checkpoint was trained with (tags,
+    subject, pre-fill ...; flat names of a checkpoint from before the groups regrouped), so the
+    evaluation overrides only its inference."""
+    import torch
+
+    from lit_rlhf.modules import GenerativeRewardModule
+    from lit_rlhf.settings import regroup_flat
+
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    hparams = regroup_flat(GenerativeRewardModule, checkpoint.get("hyper_parameters") or {})
+    return dict(hparams.get("judge") or {})
 
 
 def evaluate(trainer: L.Trainer, module: Any, model: str, rows: Any, opts: Any) -> dict[str, Any]:

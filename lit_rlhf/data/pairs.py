@@ -79,7 +79,7 @@ class PreferencePairs:
       (-1: response 1 better, 1: response 2 better, null: unlabelled), ``subset``, ``id``, and
       ``task``: ``preference`` (the default) or ``reflection``, a ReflectRM analysis-preference
       record that also has ``critique_1`` and ``critique_2`` (its label: -1 critique 1 better,
-      1 critique 2 better), as ``scripts/build_reflectrm_data.py`` writes them.
+      1 critique 2 better), as ``scripts/data/build_reflectrm_data.py`` writes them.
     - ``helpsteer3`` (``nvidia/HelpSteer3``, preference): ``context`` (chat turns
       ``{role, content}``; one turn becomes its text, several ``"User: ..\\n\\nAssistant: .."``),
       ``response1``, ``response2``, ``overall_preference`` in -3..3 (< 0: response 1 better,

@@ -1,7 +1,7 @@
 """ReflectRM's training records (arXiv 2604.07506): hard preference items, and analysis-preference
 ("reflection") items built from a base judge's own correct and wrong analyses of them.
 
-:func:`build_reflectrm_records` is the pure part of ``scripts/build_reflectrm_data.py``: given
+:func:`build_reflectrm_records` is the pure part of ``scripts/data/build_reflectrm_data.py``: given
 each preference item and the base judge's N judgments of it (analysis text, verdict), it drops the
 items the judge got right in all N, pairs one correct analysis with one wrong one per remaining
 item (random order, the label pointing at the correct one) and mixes the two kinds 4 : 1. The

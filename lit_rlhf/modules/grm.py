@@ -9,7 +9,7 @@ labels (``VerdictReward(mode="gold")``); ``mode: consistrm`` scores the format o
 answer signal from the ConsistRM reward-term callbacks (``ConsistencyAnswerReward``,
 ``CritiqueConsistencyReward``), which must be in ``trainer.callbacks``; ``mode: reflectrm``
 (arXiv 2604.07506) trains response preference and analysis preference in one run on the mixed
-records of ``scripts/build_reflectrm_data.py`` (the gold reward, each row's ``subject`` saying
+records of ``scripts/data/build_reflectrm_data.py`` (the gold reward, each row's ``subject`` saying
 which verdict sentence it expects).
 
 Validation / test / predict judge each pair by ``inference``: ``single`` (one greedy judgment),
@@ -287,7 +287,7 @@ class GenerativeRewardModule(LightningModule):
             rank_zero_warn(
                 "mode='reflectrm' trained an epoch without a reflection (analysis-preference) "
                 "row: this is plain RFT. Fix: train on the records of "
-                "scripts/build_reflectrm_data.py (rows with task: reflection)."
+                "scripts/data/build_reflectrm_data.py (rows with task: reflection)."
             )
 
     def on_validation_epoch_end(self) -> None:

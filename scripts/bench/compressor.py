@@ -58,7 +58,8 @@ def build_module(opts: argparse.Namespace, tokenizer: Any) -> Any:
     module = CompressorDecoderModule(
         compressor=opts.compressor, decoder=opts.decoder, tokenizer=tokenizer,
         num_memory_tokens=None, compression_rate=8, context_tokens=opts.context_tokens,
-        lm_weight=0.5, lr=1e-3, max_grad_norm=1.0, micro_batch_size=opts.micro_batch_size,
+        lm_weight=0.5,
+        optim={"lr": 1e-3, "max_grad_norm": 1.0, "micro_batch_size": opts.micro_batch_size},
     )  # fmt: skip
     module.configure_model()
     return module
@@ -77,7 +78,7 @@ def run_bare(opts: argparse.Namespace, tokenizer: Any, batches: list[Any]) -> Ru
     scaling, clipping and AdamW settings."""
     module = build_module(opts, tokenizer)
     params = [p for p in module.compressor.parameters() if p.requires_grad]
-    hp = module.hp
+    hp = module.optim
     optimizer = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
     seconds, losses = [], []
     for batch in batches:

@@ -64,7 +64,8 @@ def one_run(model: str, spec: Spec, seed: int, steps: int) -> list[float]:
     data = PromptDataModule(tokenizer=model, batch_size=4, train=prompts)
     module = PPOModule(reward=CountdownReward(format_reward=0.1), model=model,
                        tokenizer=data.tokenizer, engine=HFGenerationEngine(max_new_tokens=24),
-                       samples_per_prompt=4, micro_batch_size=8, lr=1e-3)  # fmt: skip
+                       rollout={"samples_per_prompt": 4},
+                       optim={"micro_batch_size": 8, "lr": 1e-3})  # fmt: skip
     timer = StepTimer()
     extra = [getattr(cbs, spec[0])(**spec[1])] if spec is not None else []
     fit(module, [timer, *extra], data)

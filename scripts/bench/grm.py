@@ -43,8 +43,8 @@ def run(opts: argparse.Namespace, report: Report) -> None:
     engine = HFGenerationEngine(max_new_tokens=opts.new_tokens)
     engine.generate = timed = Timed(engine.generate)  # type: ignore[method-assign]
     module = GenerativeRewardModule(mode="consistrm", model=opts.model, engine=engine,
-                                    lr=1e-5, samples_per_prompt=opts.samples,
-                                    micro_batch_size=16)  # fmt: skip
+                                    optim={"lr": 1e-5, "micro_batch_size": 16},
+                                    rollout={"samples_per_prompt": opts.samples})  # fmt: skip
     pairs = SyntheticPairs(num_examples=opts.pairs * (opts.steps + opts.warmup), seed=0)
     data = PromptDataModule(tokenizer=opts.model, train=pairs, batch_size=opts.pairs,
                             max_prompt_length=1024)  # fmt: skip

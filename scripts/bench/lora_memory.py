@@ -44,8 +44,9 @@ def child(opts: argparse.Namespace) -> dict[str, Any]:
     module = PPOModule(
         reward=DigitFractionReward(), model=opts.model, tokenizer=data.tokenizer,
         engine=HFGenerationEngine(max_new_tokens=opts.max_new_tokens),
-        samples_per_prompt=opts.samples, kl_coef=0.05, lr=1e-5, micro_batch_size=opts.micro,
-        lora_rank=rank, lora_alpha=2 * max(rank, 1),
+        rollout={"samples_per_prompt": opts.samples}, kl={"coef": 0.05},
+        optim={"lr": 1e-5, "micro_batch_size": opts.micro},
+        lora={"rank": rank, "alpha": 2 * max(rank, 1)},
     )  # fmt: skip
     module.configure_model()  # the networks, before the baseline is read
     trainable = sum(p.numel() for p in module.policy.parameters() if p.requires_grad)

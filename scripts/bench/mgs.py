@@ -68,8 +68,9 @@ def child(opts: argparse.Namespace) -> dict[str, Any]:
         "chat": ScalarRMReward(model="builtin:tiny-llama", center=True, device="cpu"),
     })  # fmt: skip
     module = PPOModule(reward=reward, model=opts.model, tokenizer=data.tokenizer,
-                       engine=HFGenerationEngine(max_new_tokens=24), advantage="grpo",
-                       samples_per_prompt=4, micro_batch_size=8, lr=1e-4)  # fmt: skip
+                       engine=HFGenerationEngine(max_new_tokens=24),
+                       advantage={"estimator": "grpo"}, rollout={"samples_per_prompt": 4},
+                       optim={"micro_batch_size": 8, "lr": 1e-4})  # fmt: skip
     timer = StepTimer({"update": lambda: update.seconds})
     surgery = ModularGradientSurgery(granularity=opts.granularity, seed=0)  # type: ignore[arg-type]
     fit(module, [timer, surgery] if opts.child == "MGS" else [timer], data)

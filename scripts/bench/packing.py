@@ -76,14 +76,18 @@ def update_step(policy: Any, optimizer: Any, settings: Any, rollout: Any) -> flo
 
 def setup(opts: argparse.Namespace) -> tuple[Any, Any, dict[str, Any], Any]:
     from lit_rlhf.models import load_causal_lm
+    from lit_rlhf.settings import OptimSettings, RolloutSettings, UpdateSettings
     from lit_rlhf.training import PPOSettings
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     policy: Any = load_causal_lm(opts.model).to(device).train()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-7)
     rollout = synthetic_rollout(opts, policy.config.vocab_size, device)
-    base = PPOSettings(micro_batch_size=opts.micro_batch_size, samples_per_prompt=opts.group_min)
-    packed = dataclasses.replace(base, micro_batch_tokens=opts.micro_batch_tokens)
+    base = PPOSettings(optim=OptimSettings(micro_batch_size=opts.micro_batch_size),
+                       rollout=RolloutSettings(samples_per_prompt=opts.group_min))  # fmt: skip
+    packed = dataclasses.replace(
+        base, update=UpdateSettings(micro_batch_tokens=opts.micro_batch_tokens)
+    )
     return policy, optimizer, {"padded": base, "packed": packed}, rollout
 
 

@@ -62,11 +62,13 @@ def run_lit_rlhf(opts: Any, model: str, beta: float, steps: int, engine: str) ->
                             batch_size=PROMPTS_PER_STEP, use_chat_template=False)  # fmt: skip
     module = PPOModule(
         reward=DigitFractionReward(), model=model, tokenizer=data.tokenizer, engine=gen,
-        samples_per_prompt=opts.samples, advantage="grpo",
-        micro_batch_size=PROMPTS_PER_STEP * opts.samples,
-        micro_batch_tokens=opts.micro_batch_tokens,  # None: padded micro-batches of the rollout
-        clip_low=0.2, clip_high=0.2, kl_coef=beta, kl_estimator="k3", lr=LR, max_grad_norm=1.0,
-        max_staleness=opts.max_staleness,
+        rollout={"samples_per_prompt": opts.samples, "max_staleness": opts.max_staleness},
+        advantage={"estimator": "grpo"},
+        optim={"micro_batch_size": PROMPTS_PER_STEP * opts.samples, "lr": LR,
+               "max_grad_norm": 1.0},
+        # None: padded micro-batches of the rollout
+        update={"micro_batch_tokens": opts.micro_batch_tokens},
+        loss={"clip_low": 0.2, "clip_high": 0.2}, kl={"coef": beta, "estimator": "k3"},
     )  # fmt: skip
     fit(module, [timer], data, limit_train_batches=steps)
     return {"times": timer.column("step"), "gen": timer.column("gen"),

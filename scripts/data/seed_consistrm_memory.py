@@ -91,14 +91,16 @@ def make_engine(opts: argparse.Namespace, engine_config: dict[str, Any]) -> Any:
 
 
 def judge_format(model_args: dict[str, Any]) -> Any:
-    """How the config's judge outputs are read (tags, subject, pre-fill, suffix)."""
+    """How the config's judge outputs are read (its ``judge`` group's tags, subject, pre-fill,
+    suffix)."""
     from lit_rlhf.algos.judge import JUDGE_TAGS, JudgeFormat
 
+    judge = model_args.get("judge") or {}
     return JudgeFormat(
-        tuple(model_args.get("tags") or JUDGE_TAGS),
-        model_args.get("subject", "Response"),
-        model_args.get("response_prefix", ""),
-        model_args.get("response_suffix", ""),
+        tuple(judge.get("tags") or JUDGE_TAGS),
+        judge.get("subject", "Response"),
+        judge.get("response_prefix", ""),
+        judge.get("response_suffix", ""),
     )
 
 

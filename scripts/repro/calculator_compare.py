@@ -61,14 +61,14 @@ TASKS = {
 # calculator_demos.py: the same held-apart tasks, half with the calculator or all without). The
 # *_cold arms start from the embedded model itself. no_tool_masked leaves responses cut at the
 # token budget out of the loss (DAPO's overlong filter), as the calculator arm does with cut
-# episodes (budget_penalty: null). calculator_turn48 lets an agent turn run to 48 tokens.
+# episodes (env.budget_penalty: null). calculator_turn48 lets an agent turn run to 48 tokens.
 ARMS: dict[str, tuple[str, bool, dict[str, Any]]] = {
     "calculator": ("calculator", True, {}),
     "no_tool": ("no_tool", True, {}),
     "calculator_cold": ("calculator", False, {}),
     "calculator_turn48_cold": ("calculator", False, {"engine": {"init_args": {"max_new_tokens": 48}}}),  # noqa: E501
     "no_tool_cold": ("no_tool", False, {}),
-    "no_tool_masked_cold": ("no_tool", False, {"overlong_filter": True}),
+    "no_tool_masked_cold": ("no_tool", False, {"rollout": {"overlong_filter": True}}),
 }  # fmt: skip
 # figure name -> logged key or keys (the first one logged; per rollout step); env/* is logged by
 # the calculator arms only

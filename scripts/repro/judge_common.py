@@ -345,11 +345,11 @@ def judge_module(
     from lit_rlhf.rollout.hf import HFGenerationEngine
 
     engine = HFGenerationEngine(max_new_tokens=max_new_tokens, temperature=temperature)
+    inference = "single" if samples == 1 else "reflective" if reflective else "majority"
     return GenerativeRewardModule(
-        model=model, engine=engine,
-        eval_samples=samples,
-        inference="single" if samples == 1 else "reflective" if reflective else "majority",
-        critique_template=CRITIQUE_TEMPLATE, tags=TAGS, seed=seed,
+        model=model, engine=engine, update={"seed": seed},
+        judge={"eval_samples": samples, "inference": inference,
+               "critique_template": CRITIQUE_TEMPLATE, "tags": TAGS},
     )  # fmt: skip
 
 
@@ -435,14 +435,14 @@ def grpo_config(
             "callbacks": list(callbacks),
         },
         "model": {"class_path": "lit_rlhf.modules.GenerativeRewardModule", "init_args": {
-            "mode": mode, "model": model, "tags": list(TAGS),
-            "critique_template": CRITIQUE_TEMPLATE,
+            "mode": mode, "model": model,
+            "judge": {"tags": list(TAGS), "critique_template": CRITIQUE_TEMPLATE},
             "engine": {"class_path": "lit_rlhf.rollout.HFGenerationEngine", "init_args": {
                 "max_new_tokens": settings["max_new_tokens"],
                 "temperature": settings.get("temperature", 1.0)}},
-            "samples_per_prompt": settings["samples_per_prompt"],
-            "micro_batch_size": settings["micro_batch_size"], "lr": settings["lr"],
-            "kl_coef": settings["kl_coef"], "seed": seed}},
+            "rollout": {"samples_per_prompt": settings["samples_per_prompt"]},
+            "optim": {"micro_batch_size": settings["micro_batch_size"], "lr": settings["lr"]},
+            "kl": {"coef": settings["kl_coef"]}, "update": {"seed": seed}}},
         "data": {"class_path": "lit_rlhf.data.PromptDataModule", "init_args": {
             "tokenizer": model, "batch_size": settings["batch_size"],
             "val_batch_size": settings["val_batch_size"], "seed": seed,

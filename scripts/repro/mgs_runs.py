@@ -83,9 +83,9 @@ def group_std(scores: list[float], group: int) -> list[float]:
 
 
 def sample_and_score(config: dict[str, Any], rows: list[dict[str, Any]], batch: int) -> list:
-    """Each row's ``samples_per_prompt`` rewards under the base policy, sampled with the run's
-    sampling settings (on HF generate), prompt rendering and precision (``auto``: bf16 autocast
-    on a CPU with native bf16 or a bf16 GPU), on the GPU when there is one."""
+    """Each row's ``rollout.samples_per_prompt`` rewards under the base policy, sampled with the
+    run's sampling settings (on HF generate), prompt rendering and precision (``auto``: bf16
+    autocast on a CPU with native bf16 or a bf16 GPU), on the GPU when there is one."""
     import torch
 
     from lit_rlhf.data.prompts import tokenize_prompts
@@ -99,7 +99,7 @@ def sample_and_score(config: dict[str, Any], rows: list[dict[str, Any]], batch: 
     sampling = ("max_new_tokens", "temperature", "top_p", "top_k")
     engine_args = model_args["engine"].get("init_args") or {}
     engine = HFGenerationEngine(**{k: v for k, v in engine_args.items() if k in sampling})
-    group = int(model_args.get("samples_per_prompt", 4))
+    group = int((model_args.get("rollout") or {}).get("samples_per_prompt", 4))  # the group default
     device = "cuda" if torch.cuda.is_available() else "cpu"
     policy = load_causal_lm(model_args["model"]).eval().to(device)
     precision = config["trainer"].get("precision", "auto")
@@ -204,7 +204,7 @@ def arm_fragment(
         trainer["limit_train_batches"] = steps
     fragment = merge(load_config(settings), {
         "seed_everything": seed, "trainer": trainer,
-        "model": {"init_args": {"seed": seed}},
+        "model": {"init_args": {"update": {"seed": seed}}},
         "data": {"init_args": {"seed": seed, "batch_size": batch, "train": {
             "class_path": "lit_rlhf.data.MixturePrompts", "init_args": mixture}}},
     })  # fmt: skip

@@ -35,7 +35,7 @@ def run_fragment(
     """A fragment for one seeded run: one CSV logger at ``out/name/seed<seed>/metrics.csv``,
     ``seed_everything`` and the data's shuffling seed set to ``seed``, no progress bar.
 
-    ``seed_model`` also sets ``model.init_args.seed`` (the PPO mini-batch shuffling seed).
+    ``seed_model`` also sets ``model.init_args.update.seed`` (the PPO mini-batch shuffling seed).
     """
     fragment: dict[str, Any] = {
         "seed_everything": seed,
@@ -50,7 +50,7 @@ def run_fragment(
         "data": {"init_args": {"seed": seed}},
     }
     if seed_model:
-        fragment["model"] = {"init_args": {"seed": seed}}
+        fragment["model"] = {"init_args": {"update": {"seed": seed}}}
     return fragment
 
 

@@ -87,7 +87,7 @@ PRESETS = {
         "alpha": CPU_ALPHA,
         "steps": 40, "batch_size": 4, "eval_prompts": 64, "val_batch_size": 64,
         # two optimizer steps per rollout (mini-batches of 8 of the 16 samples)
-        "model": {"mini_batch_size": 8},
+        "model": {"update": {"mini_batch_size": 8}},
     }),
     "gpu": Preset("gpu", (0, 1, 2), 24 * 60.0, {
         **_COMMON,
@@ -96,7 +96,7 @@ PRESETS = {
         "difficulties": [PAPER_DIFFICULTY],
         "steps": None, "batch_size": 512, "eval_prompts": 512, "val_batch_size": 512,
         # DeepSpeed clips the joint norm of policy and critic (docs/scaling.md)
-        "model": {"clip_per_network": False},
+        "model": {"optim": {"clip_per_network": False}},
     }),
     "smoke": Preset("smoke", (0, 1), 1.0, {
         **_COMMON,
@@ -104,7 +104,7 @@ PRESETS = {
         "difficulties": CPU_DIFFICULTIES[-1:],
         "pass_range": [0.0, 1.0],  # a random tiny model passes nothing: plumbing only
         "steps": 2, "batch_size": 2, "eval_prompts": 4, "val_batch_size": 4,
-        "model": {"mini_batch_size": 4, "micro_batch_size": 4,
+        "model": {"update": {"mini_batch_size": 4}, "optim": {"micro_batch_size": 4},
                   "engine": {"init_args": {"max_new_tokens": 8}}},
     }),
 }  # fmt: skip

@@ -3,12 +3,13 @@ Countdown difficulty, ``lit-rlhf validate`` / ``fit`` run in process (one import
 Lightning for the whole preset), and the figures read back from the run's ``metrics.csv``.
 
 Every generation and reward goes through the library: the PPO module's validation (greedy
-pass@1, and pass@k of ``val_samples`` engine samples) and its training loop; the mechanism
+pass@1, and pass@k of ``eval.samples`` engine samples) and its training loop; the mechanism
 figures are ``TrustRegionDiagnostics``' logs.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from pathlib import Path
@@ -38,6 +39,14 @@ def countdown_args(difficulty: dict[str, Any], num_examples: int, seed: int) -> 
     return {**args, "num_examples": num_examples, "seed": seed}
 
 
+def model_args(settings: dict[str, Any]) -> dict[str, Any]:
+    """The preset's ``model.init_args`` (settings groups: ``update``, ``optim`` ...; copied, so
+    a run's seed never lands in the preset) with ``eval.samples`` = k."""
+    args = copy.deepcopy(settings.get("model", {}))
+    args.setdefault("eval", {})["samples"] = settings["k"]
+    return args
+
+
 def eval_fragment(settings: dict[str, Any], difficulty: dict[str, Any], root: Path) -> dict:
     """The model/data/trainer overrides shared by the pre-check and the arms: held-out tasks of
     ``difficulty`` (task seed 1, never trained on), greedy pass@1 and pass@k of k samples."""
@@ -54,7 +63,7 @@ def eval_fragment(settings: dict[str, Any], difficulty: dict[str, Any], root: Pa
             "default_root_dir": str(root),
             "limit_val_batches": math.ceil(settings["eval_prompts"] / settings["val_batch_size"]),
         },
-        "model": {"init_args": {"val_samples": settings["k"], **settings.get("model", {})}},
+        "model": {"init_args": model_args(settings)},
         "data": {
             "init_args": {
                 "val_batch_size": settings["val_batch_size"],
@@ -81,7 +90,7 @@ def arm_fragment(
     fragment["trainer"]["callbacks"] = [diagnostics] + ([callback] if callback else [])
     if steps is not None:
         fragment["trainer"]["limit_train_batches"] = steps
-    fragment["model"]["init_args"]["seed"] = seed
+    fragment["model"]["init_args"].setdefault("update", {})["seed"] = seed
     data = fragment["data"]["init_args"]
     data.update({"seed": seed, "batch_size": batch})
     if steps is not None:

@@ -33,7 +33,7 @@ def test_cold_arms_start_from_the_configs_model(tmp_path: Path):
     for arm in ("calculator_cold", "no_tool_cold", "no_tool_masked_cold"):
         assert "model" not in compare.arm_fragment(tmp_path, arm, 0, steps=2)["model"]["init_args"]
     masked = compare.arm_fragment(tmp_path, "no_tool_masked_cold", 0, steps=2)
-    assert masked["model"]["init_args"]["overlong_filter"] is True
+    assert masked["model"]["init_args"]["rollout"]["overlong_filter"] is True
 
 
 def test_quarter_figures():

@@ -103,6 +103,7 @@ def test_arm_configs_differ_only_in_the_surgery_callback(tmp_path: Path) -> None
     assert [s["init_args"]["path"] for s in mixture["sources"]] == ["h.jsonl", "c.jsonl",
                                                                    "i.jsonl"]  # fmt: skip
     assert configs["mgs"]["model"]["init_args"]["model"] == "builtin:smollm2-135m-instruct"
+    assert configs["mgs"]["model"]["init_args"]["update"]["seed"] == 3  # merged into the group
     assert configs["mgs"]["trainer"]["limit_train_batches"] == settings["steps"]
     gpu = mgs.PRESETS["gpu"].settings
     authors = mgs_runs.arm_fragment(gpu, "mgs", 0, tmp_path, pools)

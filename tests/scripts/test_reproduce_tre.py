@@ -75,14 +75,17 @@ def test_every_arm_logs_the_diagnostics_and_adds_only_its_own_term(tmp_path: Pat
             "init_args": {"k": 2, "p": 0.99},
         }
         assert callbacks[1:] == ([] if arm == "vanilla" else [callback])
-        assert fragment["seed_everything"] == 7 and fragment["model"]["init_args"]["seed"] == 7
-        assert fragment["model"]["init_args"]["val_samples"] == settings["k"] == 4
+        model = fragment["model"]["init_args"]
+        assert fragment["seed_everything"] == 7 and model["update"]["seed"] == 7
+        assert model["eval"]["samples"] == settings["k"] == 4
+        assert model["update"]["mini_batch_size"] == 8  # the preset's, beside the run's seed
         data = fragment["data"]["init_args"]
         # training tasks: seed 0, steps x batch of them; held-out: seed 1, never trained on
         train, val = data["train"]["init_args"], data["val"]["init_args"]
         assert (train["seed"], train["num_examples"]) == (0, settings["steps"] * 4)
         assert (val["seed"], val["num_examples"]) == (1, settings["eval_prompts"])
         assert train["num_numbers"] == val["num_numbers"] == 3 and "name" not in train
+    assert settings["model"] == {"update": {"mini_batch_size": 8}}  # no run's seed in the preset
     assert tre.arm_callbacks(0.001)["tre-k"]["init_args"] == {
         "alpha": 0.001,
         "mode": "topk",

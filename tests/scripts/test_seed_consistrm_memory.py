@@ -94,3 +94,11 @@ def test_the_tiny_judge_end_to_end_and_a_config_without_the_callback_is_refused(
     with pytest.raises(ValueError, match=r"no lit_rlhf\.callbacks\.ConsistencyAnswerReward"):
         script.main(["--config", "configs/grm/rft_tiny.yaml", "--out", str(out),
                      "--fragment-out", str(tmp_path / "f.yaml")])  # fmt: skip
+
+
+def test_the_votes_are_read_in_the_config_s_judge_format():
+    script = load_script("data/seed_consistrm_memory")
+    config = yaml.safe_load(Path("configs/grm/rft_smollm2.yaml").read_text())
+    fmt = script.judge_format(config["model"]["init_args"])
+    assert (fmt.tags, fmt.subject) == (("Result",), "Response")
+    assert (fmt.prefix, fmt.suffix) == (" <Result>Response 1 is", " than Response 2</Result>")
