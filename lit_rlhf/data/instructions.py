@@ -21,81 +21,46 @@ sources, both in the rows :class:`~lit_rlhf.rewards.InstructionReward` checks
 
 A prompt is excluded when an evaluation prompt, lower-cased with its whitespace collapsed,
 equals it or occurs inside it (training prompts of this kind often prepend an unrelated request).
+
+The exclusion check lives in :mod:`lit_rlhf.data.evaluation_prompts`, the generator's requests,
+topics and instruction samplers in :mod:`lit_rlhf.data.offline_instructions`; both are
+re-exported here.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import random
 import re
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import datasets
 
+from lit_rlhf.data.evaluation_prompts import (
+    EvaluationPrompts,
+    _drop_evaluation_prompts,
+    normalize_prompt,
+)
+from lit_rlhf.data.offline_instructions import (
+    _REQUESTS,
+    _TOPICS,
+    OFFLINE_INSTRUCTIONS,
+    Sampler,
+    _conflicts,
+)
 from lit_rlhf.data.sources import PromptSource, _check_template, _load_table
 
-_SHINGLE = 8  # words per shingle of the containment index
-
-Sampler = Callable[[random.Random, str], dict[str, Any]]
-
-
-def normalize_prompt(text: str) -> str:
-    """The form prompts are compared in: lower case, runs of whitespace as one space."""
-    return " ".join(text.lower().split())
-
-
-class EvaluationPrompts:
-    """The normalised prompts of evaluation sources, and the test of whether a training prompt
-    contains one (an index of each evaluation prompt's first 8 words makes it linear)."""
-
-    def __init__(self, sources: Iterable[PromptSource]) -> None:
-        self.prompts: set[str] = set()
-        for source in sources:
-            self.prompts.update(normalize_prompt(str(q)) for q in source.load()["question"])
-        self._by_head: dict[tuple[str, ...], list[str]] = {}
-        self._short: list[str] = []
-        for prompt in self.prompts:
-            words = prompt.split(" ")
-            if len(words) < _SHINGLE:
-                self._short.append(prompt)
-            else:
-                self._by_head.setdefault(tuple(words[:_SHINGLE]), []).append(prompt)
-
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def contains_one(self, text: str) -> bool:
-        """Whether ``text`` equals or contains (normalised) one of the evaluation prompts."""
-        norm = normalize_prompt(text)
-        if norm in self.prompts or any(p in norm for p in self._short):
-            return True
-        words = norm.split(" ")
-        for i in range(len(words) - _SHINGLE + 1):
-            for prompt in self._by_head.get(tuple(words[i : i + _SHINGLE]), ()):
-                if prompt in norm:
-                    return True
-        return False
-
-
-def _drop_evaluation_prompts(
-    rows: list[dict[str, Any]], exclude: Sequence[PromptSource], who: str
-) -> list[dict[str, Any]]:
-    if not exclude:
-        return rows
-    held_out = EvaluationPrompts(exclude)
-    kept = [row for row in rows if not held_out.contains_one(row["prompt"])]
-    if len(kept) < len(rows):
-        warnings.warn(
-            f"{who}: dropped {len(rows) - len(kept)} of {len(rows)} training prompts that "
-            f"contain an evaluation prompt (of {len(held_out)} excluded)",
-            stacklevel=3,
-        )
-    if not kept:
-        raise ValueError(f"{who}: every training prompt contains an evaluation prompt")
-    return kept
+__all__ = [  # the held-out check and the generator's tables are re-exported
+    "OFFLINE_INSTRUCTIONS",
+    "EvaluationPrompts",
+    "GeneratedInstructionPrompts",
+    "InstructionPrompts",
+    "Sampler",
+    "_conflicts",
+    "normalize_prompt",
+]
 
 
 def _registry() -> dict[str, Any]:
@@ -203,140 +168,13 @@ class InstructionPrompts:
         return _row(users[-1]["content"], ids, clean, self.question_template)
 
 
-# ---------------------------------------------------------------- the offline generator
-
-_REQUESTS = (
-    "Write a short story about {topic}.",
-    "Explain {topic} to a curious ten-year-old.",
-    "Write a product description for a gadget related to {topic}.",
-    "Give advice to someone who is new to {topic}.",
-    "Write a blog post about {topic}.",
-    "Summarise the main arguments for and against {topic}.",
-    "Write a letter to a friend about {topic}.",
-    "Describe a typical day of a person who works with {topic}.",
-    "Write a poem about {topic}.",
-    "Draft a short speech on {topic} for a school assembly.",
-    "List the most common misconceptions about {topic}.",
-    "Write a job advertisement for a role involving {topic}.",
-    "Plan a weekend workshop on {topic}.",
-    "Write a dialogue between two neighbours arguing about {topic}.",
-    "Write a review of an imaginary book on {topic}.",
-    "Describe how {topic} might change over the next fifty years.",
-    "Write a news report about a surprising discovery in {topic}.",
-    "Compare two different approaches to {topic}.",
-    "Write a riddle whose answer is related to {topic}.",
-    "Write an email asking a colleague for help with {topic}.",
-)
-_TOPICS = (
-    "beekeeping", "tidal energy", "urban gardening", "the history of maps", "sourdough baking",
-    "volcanoes", "public libraries", "migratory birds", "chess openings", "recycling plastics",
-    "the night sky", "learning a second language", "bicycle repair", "coral reefs",
-    "ancient pottery", "rainwater harvesting", "jazz improvisation", "lighthouses",
-    "mushroom foraging", "train timetables", "origami", "desert ecosystems", "board games",
-    "solar eclipses", "knitting", "river restoration", "street food", "glaciers",
-    "typewriters", "community theatre", "honey", "weather forecasting", "fountain pens",
-    "tree planting", "museum curation", "kite flying", "deep sea fish", "wind turbines",
-    "early photography", "marathon training",
-)  # fmt: skip
-_WORDS = (
-    "river", "lantern", "harvest", "compass", "velvet", "orbit", "meadow", "signal",
-    "copper", "whisper", "bridge", "falcon", "puzzle", "ember", "harbor", "quiet",
-)  # fmt: skip
-_END_PHRASES = (
-    "Is there anything else I can help with?",
-    "Let me know if you have additional questions.",
-    "That is all for today.",
-)
-_LANGUAGES = ("fr", "de", "es", "it", "pt")
-
-
-def _relation(rng: random.Random) -> str:
-    return rng.choice(("at least", "less than"))
-
-
-def _number_words(rng: random.Random, _: str) -> dict[str, Any]:
-    relation = _relation(rng)
-    low, high = (40, 200) if relation == "at least" else (80, 400)
-    return {"num_words": rng.randrange(low, high + 1, 20), "relation": relation}
-
-
-def _nth_paragraph(rng: random.Random, _: str) -> dict[str, Any]:
-    paragraphs = rng.randint(2, 5)
-    return {
-        "num_paragraphs": paragraphs,
-        "nth_paragraph": rng.randint(1, paragraphs),
-        "first_word": rng.choice(_WORDS),
-    }
-
-
-OFFLINE_INSTRUCTIONS: dict[str, Sampler] = {
-    "punctuation:no_comma": lambda rng, _: {},
-    "length_constraints:number_words": _number_words,
-    "length_constraints:number_paragraphs": lambda rng, _: {"num_paragraphs": rng.randint(2, 5)},
-    "length_constraints:nth_paragraph_first_word": _nth_paragraph,
-    "detectable_format:title": lambda rng, _: {},
-    "detectable_format:number_bullet_lists": lambda rng, _: {"num_bullets": rng.randint(2, 6)},
-    "detectable_format:number_highlighted_sections": lambda rng, _: {
-        "num_highlights": rng.randint(1, 4)
-    },
-    "detectable_format:multiple_sections": lambda rng, _: {
-        "section_spliter": rng.choice(("Section", "SECTION", "Part")),
-        "num_sections": rng.randint(2, 5),
-    },
-    "detectable_format:json_format": lambda rng, _: {},
-    "detectable_format:constrained_response": lambda rng, _: {},
-    "detectable_content:postscript": lambda rng, _: {
-        "postscript_marker": rng.choice(("P.S.", "P.P.S"))
-    },
-    "detectable_content:number_placeholders": lambda rng, _: {
-        "num_placeholders": rng.randint(1, 4)
-    },
-    "keywords:existence": lambda rng, _: {"keywords": rng.sample(_WORDS, 2)},
-    "keywords:frequency": lambda rng, _: {
-        "keyword": rng.choice(_WORDS),
-        "frequency": rng.randint(1, 4),
-        "relation": _relation(rng),
-    },
-    "keywords:forbidden_words": lambda rng, _: {"forbidden_words": rng.sample(_WORDS, 2)},
-    "keywords:letter_frequency": lambda rng, _: {
-        "letter": rng.choice("abcdefghijklmnopqrstuvwxyz"),
-        "let_frequency": rng.randint(2, 10),
-        "let_relation": _relation(rng),
-    },
-    "change_case:english_lowercase": lambda rng, _: {},
-    "change_case:english_capital": lambda rng, _: {},
-    "startend:end_checker": lambda rng, _: {"end_phrase": rng.choice(_END_PHRASES)},
-    "startend:quotation": lambda rng, _: {},
-    "combination:two_responses": lambda rng, _: {},
-    "combination:repeat_prompt": lambda rng, request: {"prompt_to_repeat": request},
-    "language:response_language": lambda rng, _: {"language": rng.choice(_LANGUAGES)},
-}
-"""The instructions the generator draws (``if-verifiable``'s ids) and how their arguments are
-drawn. Left out: ``length_constraints:number_sentences`` and
-``change_case:capital_word_frequency``, whose checks need NLTK's ``punkt`` data."""
-
-# a pair IFEval's own conflict table does not list but no response can satisfy: the section
-# markers (Section, SECTION, Part) are matched case-sensitively and hold capitals (the other
-# checks that compare words lower-case them first, e.g. end phrases and postscript markers)
-_EXTRA_CONFLICTS = (("change_case:english_lowercase", "detectable_format:multiple_sections"),)
-
-
-def _conflicts() -> dict[str, set[str]]:
-    from if_verifiable.ifeval.instructions_registry import INSTRUCTION_CONFLICTS, conflict_make
-
-    table = conflict_make(copy.deepcopy(INSTRUCTION_CONFLICTS))
-    for a, b in _EXTRA_CONFLICTS:
-        table.setdefault(a, {a}).add(b)
-        table.setdefault(b, {b}).add(a)
-    return {k: set(v) for k, v in table.items()}
-
-
 class GeneratedInstructionPrompts:
     """Seeded offline prompts with verifiable instructions, for CPU runs and tests.
 
-    Each prompt is one request we wrote (:data:`_REQUESTS` x :data:`_TOPICS`) followed by 1 to
-    ``max_instructions`` instructions drawn from :data:`OFFLINE_INSTRUCTIONS` with no two in
-    conflict, each worded by the checker's own ``build_description`` from the drawn arguments.
+    Each prompt is one request we wrote (``_REQUESTS`` x ``_TOPICS`` of
+    :mod:`lit_rlhf.data.offline_instructions`) followed by 1 to ``max_instructions``
+    instructions drawn from :data:`OFFLINE_INSTRUCTIONS` with no two in conflict, each worded by
+    the checker's own ``build_description`` from the drawn arguments.
     None of the text is IFEval's prompts, so the set is disjoint from the IFEval evaluation set
     by construction (``exclude`` checks it anyway when given). Prompts are unique; the same
     arguments give the same rows, whatever the global random state.

@@ -23,24 +23,42 @@ many epochs ran before it in this process. The training loader is torchdata's
 ``StatefulDataLoader``: Lightning stores its position in every checkpoint, so a run resumed from a
 mid-epoch checkpoint continues with the next unseen batch of that epoch (with a plain
 ``DataLoader`` it would restart the epoch and train on its first batches twice).
+
+The rendering, tokenizing and collating of prompts live in :mod:`lit_rlhf.data.prompt_batches`,
+the epoch-seeded sampler in :mod:`lit_rlhf.data.epoch_sampler`; both are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import datasets
-import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from lit_rlhf.data.epoch_sampler import EpochShuffleSampler, epoch_to_train
+from lit_rlhf.data.prompt_batches import (
+    collate_prompts,
+    pad_ids,
+    render_chat_prompt,
+    tokenize_prompts,
+)
 from lit_rlhf.data.sources import PromptSource
 from lit_rlhf.models import load_tokenizer
+
+__all__ = [  # the batch helpers and the sampler are re-exported: imported from here elsewhere
+    "EpochShuffleSampler",
+    "PromptDataModule",
+    "collate_prompts",
+    "epoch_to_train",
+    "pad_ids",
+    "render_chat_prompt",
+    "tokenize_prompts",
+]
 
 _REQUIRED_COLUMNS = ("query_id", "task", "question")
 
@@ -298,113 +316,3 @@ def _check_pretokenized(
             f"would not reach the model. Fix: remove {'it' if len(set_) == 1 else 'them'} from "
             "the data config (a module that needs a prefix adds its tokens itself)."
         )
-
-
-def render_chat_prompt(
-    tokenizer: Any,
-    question: str,
-    *,
-    system_prompt: str | None = None,
-    use_chat_template: bool = True,
-    response_prefix: str = "",
-    chat_template_kwargs: dict[str, Any] | None = None,
-    question_suffix: str = "",
-) -> str:
-    """One question as a model's prompt: through the tokenizer's chat template (assistant turn
-    opened, ``chat_template_kwargs`` passed on, e.g. Qwen3's ``enable_thinking``) when asked and
-    the tokenizer has one, else the raw question after ``system_prompt`` and a blank line; then
-    ``response_prefix``. ``question_suffix`` is appended to the question first (e.g. Qwen3's
-    ``" /no_think"``). Shared by :class:`PromptDataModule` and the modules and rewards that write
-    prompts of their own (a judge's reflection prompts, a judge scoring a policy)."""
-    question += question_suffix
-    if not (use_chat_template and getattr(tokenizer, "chat_template", None)):
-        text = f"{system_prompt}\n\n{question}" if system_prompt else question
-        return text + response_prefix
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": question})
-    rendered = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
-    )
-    return str(rendered) + response_prefix
-
-
-def tokenize_prompts(
-    tokenizer: Any, prompts: Sequence[str], *, chat_rendered: bool, device: Any = None
-) -> tuple[Tensor, Tensor]:
-    """Rendered prompts as a left-padded ``(input_ids, attention_mask)`` batch, tokenized as
-    :class:`PromptDataModule` does: a chat-rendered prompt (``chat_rendered``) carries its own
-    special tokens, a raw one gets the tokenizer's usual ones."""
-    ids = tokenizer(list(prompts), add_special_tokens=not chat_rendered)["input_ids"]
-    rows = [{"input_ids": x, "prompt": "", "query_id": "", "task": ""} for x in ids]
-    batch = collate_prompts(rows, pad_token_id=tokenizer.pad_token_id)
-    return batch["input_ids"].to(device), batch["attention_mask"].to(device)
-
-
-def collate_prompts(rows: Sequence[dict[str, Any]], *, pad_token_id: int) -> dict[str, Any]:
-    """Left-pad tokenized rows into a batch, and right-pad their ``continuation_ids`` if they
-    have some (format in the module docstring)."""
-    input_ids, attention_mask = pad_ids([row["input_ids"] for row in rows], pad_token_id, "left")
-    batch: dict[str, Any] = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "prompt": [row["prompt"] for row in rows],
-        "query_id": [row["query_id"] for row in rows],
-        "task": [row["task"] for row in rows],
-        "row": [{k: v for k, v in row.items() if k != "input_ids"} for row in rows],
-    }
-    if "continuation_ids" in rows[0]:  # None on a mixture's rows from other sources
-        continuations = [row["continuation_ids"] or [] for row in rows]
-        batch["continuation_ids"], batch["continuation_mask"] = pad_ids(
-            continuations, pad_token_id, "right"
-        )
-    return batch
-
-
-def pad_ids(
-    sequences: Sequence[Sequence[int]], pad_token_id: int, side: Literal["left", "right"]
-) -> tuple[Tensor, Tensor]:
-    """Token id lists as a padded ``[b, max length]`` long tensor and its bool mask (True on
-    real tokens), padded on ``side``."""
-    length = max((len(ids) for ids in sequences), default=0)
-    ids = torch.full((len(sequences), length), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), length), dtype=torch.bool)
-    for i, seq in enumerate(sequences):
-        span = slice(length - len(seq), length) if side == "left" else slice(0, len(seq))
-        ids[i, span] = torch.tensor(seq, dtype=torch.long)
-        mask[i, span] = True
-    return ids, mask
-
-
-def epoch_to_train(trainer: Any) -> int:
-    """The epoch whose order the train loader's first iterator must follow. Lightning makes a
-    resumed run's iterator before its loop moves on from the checkpoint's epoch; a checkpoint
-    taken after that epoch's last batch (at its end, or a step checkpoint that falls on it)
-    resumes with the next epoch (whose first epoch Lightning counts as started only later)."""
-    loop = trainer.fit_loop
-    if loop.restarting and loop.epoch_loop.batch_progress.is_last_batch:
-        return int(loop.epoch_progress.current.started)
-    return int(trainer.current_epoch)
-
-
-class EpochShuffleSampler(Sampler[int]):
-    """A random permutation drawn from ``torch.Generator`` seeded by ``seed + epoch``.
-
-    Lightning calls ``set_epoch`` at the start of every epoch (also after a resume), so the
-    order depends on (seed, epoch) only, with no generator state to checkpoint. ``epoch`` sets
-    the starting epoch (a resumed run's, before Lightning's first ``set_epoch``).
-    """
-
-    def __init__(self, num_rows: int, *, seed: int, epoch: int = 0) -> None:
-        self.num_rows = num_rows
-        self.seed = seed
-        self.epoch = epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(torch.randperm(self.num_rows, generator=generator).tolist())
-
-    def __len__(self) -> int:
-        return self.num_rows
