@@ -274,8 +274,19 @@ def test_the_cli_switches_the_loss_by_a_flag(tmp_path: Path) -> None:
     assert cli.model.hparams.loss == {"kind": "ipo", "beta": 0.1, "label_smoothing": 0.0,
                                       "simpo_gamma": 0.5}  # fmt: skip
     assert cli.model.tokenizer is cli.datamodule.tokenizer  # the CLI's link
-    with pytest.raises(ValueError, match=r"loss\.kind='kto' is not one of"):  # the Literal
+
+
+def test_the_cli_refuses_an_unknown_loss_kind_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--config", str(REPO / "configs" / "dpo" / "tiny.yaml"), "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}"]  # fmt: skip
+    with pytest.raises(SystemExit) as done:  # the Literal, at parse time
         cli_main([*args, "--model.init_args.loss.kind=kto"], run=False)
+    assert done.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: model.init_args.loss.kind: Expected a typing.Literal['sigmoid'")
+    assert "Got value: kto" in last
 
 
 @pytest.mark.parametrize(
