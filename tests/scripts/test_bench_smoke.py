@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -68,7 +70,22 @@ def _marks(name: str) -> list[pytest.MarkDecorator]:
     return [pytest.mark.slow] if name in SLOW else []
 
 
+@pytest.fixture
+def global_logging() -> Iterator[None]:
+    """A benchmark is a program of its own and quiets Lightning's logger and transformers'
+    progress bars for its tables; run in this process, that is undone after it."""
+    from transformers.utils import logging as hf_logging
+
+    logger = logging.getLogger("lightning.pytorch")
+    level, bars_off = logger.level, hf_logging.is_progress_bar_enabled() is False
+    yield
+    logger.setLevel(level)
+    if not bars_off:
+        hf_logging.enable_progress_bar()
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in NAMES])
+@pytest.mark.usefixtures("global_logging")
 def test_smoke(name: str, tmp_path, capsys) -> None:
     extra = ("--out", str(tmp_path / "runs")) if name == "precision" else ()
     if name == "lora_memory" and importlib.util.find_spec("peft") is None:
