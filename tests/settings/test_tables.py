@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -31,6 +32,6 @@ def test_the_tables_name_every_group_and_field() -> None:
     script = _script()
     page = (ROOT / "docs" / "settings.md").read_text()
     for group in script.groups():
-        for name in group.__dataclass_fields__:
-            assert f"| `{group.GROUP}.{name}` |" in page
+        for spec in dataclasses.fields(group):
+            assert f"| `{group.GROUP}.{spec.name}` |" in page
     assert "| `optim` |" in (ROOT / "README.md").read_text()
