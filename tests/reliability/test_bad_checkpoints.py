@@ -149,14 +149,16 @@ def test_a_folder_that_is_no_checkpoint_says_what_it_holds(tmp_path):
 
 def test_resume_with_changed_settings_says_the_checkpoints_win(tmp_path, monkeypatch):
     monkeypatch.setattr(LitRLHFCLI, "_run_subcommand", lambda self, subcommand: None)
-    ckpt = _fake_checkpoint(tmp_path / "run.ckpt", {"model": "builtin:tiny-llama", "lr": 0.5})
+    saved = {"model": "builtin:tiny-llama", "optim": {"lr": 0.5}}  # a group: one field given
+    ckpt = _fake_checkpoint(tmp_path / "run.ckpt", saved)
     with pytest.warns(
         UserWarning,
-        match=r"checkpoint's settings replace the config's \(lr: "
+        match=r"checkpoint's settings replace the config's \(optim\.lr: "
         r"config 0\.001, checkpoint 0\.5\)\. Fix: to train on with new settings",
     ):
         cli = cli_main(["fit", "--config", TINY, f"--ckpt_path={ckpt}"])
-    assert cli.model.hparams.lr == 0.5
+    assert cli.model.optim.lr == 0.5
+    assert cli.model.optim.micro_batch_size == 8  # the config's value for the fields not saved
 
 
 def test_a_deepspeed_folder_of_this_run_is_read(tmp_path, monkeypatch):
@@ -164,9 +166,10 @@ def test_a_deepspeed_folder_of_this_run_is_read(tmp_path, monkeypatch):
     folder = _deepspeed_folder(
         tmp_path / "zero3", {"_class_path": PPO, "model": "builtin:tiny-llama", "lr": 0.5}
     )
-    with pytest.warns(UserWarning, match=r"lr: config 0\.001, checkpoint 0\.5"):
+    # written before settings groups (flat lr): regrouped, then compared
+    with pytest.warns(UserWarning, match=r"optim\.lr: config 0\.001, checkpoint 0\.5"):
         cli = cli_main(["fit", "--config", TINY, f"--ckpt_path={folder}"])
-    assert cli.model.hparams.lr == 0.5
+    assert cli.model.optim.lr == 0.5
 
 
 @pytest.mark.parametrize(("flags", "expected"), [([], True), (["--weights_only=false"], False)])
