@@ -82,16 +82,16 @@ def test_evaluating_a_checkpoint_keeps_the_configs_settings_and_resuming_warns(
     cli_main(["fit", "--config", config, *root, "--trainer.max_steps=1",
               "--trainer.limit_val_batches=0"])  # fmt: skip
     (ckpt,) = tmp_path.glob("checkpoints/*.ckpt")
-    with pytest.warns(UserWarning, match="eval_samples: config 2, checkpoint 1"):
+    with pytest.warns(UserWarning, match=r"judge\.eval_samples: config 2, checkpoint 1"):
         cli = cli_main(["validate", "--config", config, *root, f"--ckpt_path={ckpt}",
                         "--model.init_args.judge.eval_samples=2",
                         "--model.init_args.judge.inference=majority"])  # fmt: skip
-    assert cli.model.hparams.eval_samples == 2 and cli.model.inference.mode == "majority"
-    with pytest.warns(UserWarning, match=r"checkpoint's settings replace the config's \(lr"):
+    assert cli.model.judge_settings.eval_samples == 2 and cli.model.inference.mode == "majority"
+    with pytest.warns(UserWarning, match=r"checkpoint's settings replace the config's \(optim\.lr"):
         cli = cli_main(["fit", "--config", config, *root, f"--ckpt_path={ckpt}",
                         "--model.init_args.optim.lr=0.5", "--trainer.max_steps=2",
                         "--trainer.limit_val_batches=0"])  # fmt: skip
-    assert cli.model.hparams.lr == 1.0e-3
+    assert cli.model.optim.lr == 1.0e-3
 
 
 def test_the_cli_does_not_offer_optimizer_or_scheduler_options(capsys) -> None:
