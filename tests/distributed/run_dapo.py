@@ -31,8 +31,9 @@ def main(out: Path) -> None:
     tokenizer = load_tokenizer(model)
     module = PPOModule(
         reward=HalfConstantReward(), model=model, tokenizer=tokenizer,
-        engine=HFGenerationEngine(max_new_tokens=8), samples_per_prompt=G, lr=1e-3,
-        micro_batch_size=4, dynamic_sampling=True, dynamic_sampling_max_rounds=8,
+        engine=HFGenerationEngine(max_new_tokens=8), optim={"lr": 1e-3, "micro_batch_size": 4},
+        rollout={"samples_per_prompt": G, "dynamic_sampling": True,
+                 "dynamic_sampling_max_rounds": 8},
     )  # fmt: skip
     updates: list[dict] = []
     prepare = module.prepare_update
