@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from lit_rlhf.models import TinyModelSpec, load_causal_lm, load_tokenizer, write_tiny_model
-from lit_rlhf.models.lora import LoRASettings
+from lit_rlhf.models.lora import lora_wrap
 from lit_rlhf.rollout import HFGenerationEngine, VLLMGenerationEngine
+from lit_rlhf.settings import LoRASettings
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 pytest.importorskip("vllm")
@@ -28,7 +29,7 @@ def test_a_lora_update_is_served_merged(tmp_path):
     spec = TinyModelSpec(hidden_size=128, num_heads=4, num_kv_heads=2, intermediate_size=256)
     write_tiny_model(tmp_path, spec)  # head size 32: vLLM's minimum
     tokenizer = load_tokenizer(str(tmp_path))
-    policy = LoRASettings(rank=8, alpha=16).wrap(load_causal_lm(str(tmp_path)))
+    policy = lora_wrap(load_causal_lm(str(tmp_path)), LoRASettings(rank=8, alpha=16))
     batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
     engine = VLLMGenerationEngine(
         max_new_tokens=MAX_NEW, enforce_eager=True, kv_cache_memory_bytes=64 << 20,
