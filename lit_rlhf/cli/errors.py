@@ -10,8 +10,6 @@ that class's own message.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import importlib
 import os
 import re
@@ -21,7 +19,7 @@ from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
-from lit_rlhf.settings import group_params
+from lit_rlhf.settings import closest_field, group_params
 
 # jsonargparse's lines that describe its own search rather than the cause
 _NOISE = (
@@ -34,7 +32,6 @@ _KEY = re.compile(r'^Parser key "([^"]+)":?$')
 _KEY_AND_CAUSE = re.compile(r'^Parser key "([^"]+)": (.+)$')
 _CLASS = re.compile(r"^Problem with given class_path '([^']+)':$")
 _OPTION = re.compile(r"^Option '([^']+)' is not accepted")
-_GROUPS = "lit_rlhf.settings."
 _GROUP_OPTION = re.compile(r"^Group '([^']+)' does not accept option '([^']+)'")
 _CONTAINER_MISMATCH = re.compile(r"^- Expected a <class '(list|dict|tuple)'>$")
 
@@ -110,8 +107,7 @@ def _locate(lines: list[str]) -> tuple[str | None, str | None, str]:
             keys.append(match.group(1))
         elif match := _CLASS.match(text):
             classes.append(match.group(1))
-            if not match.group(1).startswith(_GROUPS):  # a settings group has no init_args
-                keys.append("init_args")
+            keys.append("init_args")
     cause = lines[-1].strip().removeprefix("- ") if lines else "invalid arguments"
     if match := _KEY_AND_CAUSE.match(cause):  # e.g. 'Parser key "config": File does not exist'
         keys.append(match.group(1))
@@ -133,16 +129,11 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
         where = f"the arguments of {class_path} are the settings"
     else:
         where = "`--help` lists the settings"
-    if (match := _OPTION.match(cause)) and class_path and class_path.startswith(_GROUPS):
-        group = key.rsplit(".", 2)[-2] if key else ""
-        close = _closest_in(class_path, match.group(1))
-        hint = f"; did you mean {group}.{close}?" if close else ""
-        return f"remove {key} or correct its spelling{hint} (docs/settings.md lists the fields)."
     if _OPTION.match(cause):
         return f"remove {key} or correct its spelling ({where})."
     if match := _GROUP_OPTION.match(cause):
         group, option = match.groups()
-        close = _closest_in(_group_path(class_path, group), option)
+        close = _closest_group_field(class_path, group, option)
         hint = f"; did you mean {group}.{close}?" if close else ""
         return f"remove {key} or correct its spelling{hint} (docs/settings.md lists the fields)."
     if cause.startswith("Expected a"):
@@ -165,26 +156,14 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
     return f"correct this setting in the config or on the command line ({where})."
 
 
-def _group_path(class_path: str | None, group: str) -> str:
-    """The import path of the settings-group class that ``class_path`` takes as ``group``."""
+def _closest_group_field(class_path: str | None, group: str, option: str) -> str | None:
+    """The field closest to ``option`` in the settings group ``class_path`` takes as ``group``."""
     module, _, name = (class_path or "").rpartition(".")
     try:
         found = group_params(getattr(importlib.import_module(module), name)).get(group)
     except (ImportError, AttributeError, TypeError, ValueError):
-        return ""
-    return f"{found.__module__}.{found.__name__}" if found is not None else ""
-
-
-def _closest_in(group_path: str, option: str) -> str | None:
-    """The field of the settings group class at ``group_path`` closest to ``option``."""
-    module, _, name = group_path.rpartition(".")
-    try:
-        group = getattr(importlib.import_module(module), name)
-        names = [f.name for f in dataclasses.fields(group)]
-    except (ImportError, AttributeError, TypeError):
         return None
-    close = difflib.get_close_matches(option, names, n=1)
-    return close[0] if close else None
+    return closest_field(found, option) if found is not None else None
 
 
 def refuse_abbreviations(parser: Any, argv: Sequence[str], config: Any) -> None:

@@ -28,7 +28,7 @@ This package sits just above ``algos`` (it imports nothing else of lit-rlhf), so
 read the groups.
 """
 
-from lit_rlhf.settings.base import SettingsGroup, unknown_key_message
+from lit_rlhf.settings.base import SettingsGroup, closest_field, unknown_key_message
 from lit_rlhf.settings.env import EnvironmentSettings, EvalSettings
 from lit_rlhf.settings.flat import (
     flat_map,
@@ -73,6 +73,7 @@ __all__ = [
     "RolloutSettings",
     "SettingsGroup",
     "UpdateSettings",
+    "closest_field",
     "flat_map",
     "group_params",
     "is_flat",

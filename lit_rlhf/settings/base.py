@@ -83,7 +83,7 @@ class SettingsGroup:
         names = [f.name for f in dataclasses.fields(cls)]
         for key in value:
             if key not in names:
-                raise ValueError(unknown_key_message(cls.GROUP, key, names))
+                raise ValueError(unknown_key_message(cls, key))
         return dataclasses.replace(base, **value)
 
     def as_dict(self) -> dict[str, Any]:
@@ -91,13 +91,18 @@ class SettingsGroup:
         return dataclasses.asdict(self)
 
 
-def unknown_key_message(group: str, key: str, names: Sequence[str]) -> str:
+def closest_field(group: type[SettingsGroup], name: str) -> str | None:
+    """The field of ``group`` closest to a misspelt ``name`` (None: nothing close)."""
+    close = difflib.get_close_matches(name, [f.name for f in dataclasses.fields(group)], n=1)
+    return close[0] if close else None
+
+
+def unknown_key_message(group: type[SettingsGroup], key: str) -> str:
     """One line naming the unknown key, the closest field and the group's fields."""
-    close = difflib.get_close_matches(key, names, n=1)
-    hint = f" Did you mean {group}.{close[0]}?" if close else ""
-    return (
-        f"Group '{group}' does not accept option '{key}'.{hint} Fix: use one of {', '.join(names)}."
-    )
+    close = closest_field(group, key)
+    hint = f" Did you mean {group.GROUP}.{close}?" if close else ""
+    names = ", ".join(f.name for f in dataclasses.fields(group))
+    return f"Group '{group.GROUP}' does not accept option '{key}'.{hint} Fix: use one of {names}."
 
 
 def flat_names(group: type[SettingsGroup]) -> dict[str, str]:

@@ -3,7 +3,6 @@ dotted name to use, and regrouped when an old checkpoint's hyperparameters are r
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Mapping
@@ -80,7 +79,7 @@ def regroup_flat(cls: type, hparams: Mapping[str, Any]) -> dict[str, Any]:
     moved = flat_map(cls)
     out: dict[str, Any] = {}
     for key, value in hparams.items():
-        if key in moved and not isinstance(hparams.get(key), Mapping):
+        if key in moved and not isinstance(value, Mapping):
             group, field = moved[key].split(".")
             if isinstance(hparams.get(group), Mapping):
                 continue  # the grouped form wins
@@ -96,7 +95,3 @@ def is_flat(cls: type, hparams: Mapping[str, Any]) -> bool:
     groups = group_params(cls)
     flat = any(k in moved and k not in groups for k in hparams)
     return flat and not any(isinstance(hparams.get(g), Mapping) for g in groups)
-
-
-def fields_of(group: type[SettingsGroup]) -> list[str]:
-    return [f.name for f in dataclasses.fields(group)]
