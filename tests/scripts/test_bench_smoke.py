@@ -8,13 +8,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
 from scripts.bench import machine, runner
 from scripts.bench.__main__ import NAMES, main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FLAGS = "flags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"
 SLOW = {"exploration", "mgs", "packing", "lora_memory", "overlap"}
@@ -100,3 +106,16 @@ def test_cli_lists_the_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
     listing = capsys.readouterr().out
     assert all(name in listing for name in NAMES)
     assert main(["no-such-bench"]) == 2
+
+
+def test_a_smoke_run_from_the_command_line_writes_its_json(tmp_path) -> None:
+    """As a user runs it: ``python -m scripts.bench NAME --smoke --json PATH`` in a subprocess."""
+    out = tmp_path / "grm.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.bench", "grm", "--smoke", "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert "native bf16:" in done.stdout and record["machine"]["threads"] >= 1
