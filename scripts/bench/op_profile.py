@@ -13,7 +13,7 @@ CATEGORIES = {
     "GEMM": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkl", "mkldnn", "onednn",
              "gemm"),
     "attention": ("attention", "aten::_scaled_dot_product", "aten::_flash", "paged"),
-    "optimizer": ("_foreach", "aten::adam", "Optimizer.step", "clip_grad"),
+    "optimizer": ("_foreach", "adam", "optimizer.step", "clip_grad"),
     "softmax / log-probs": ("softmax", "aten::gather", "logsumexp", "nll"),
 }  # fmt: skip
 

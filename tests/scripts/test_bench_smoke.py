@@ -1,7 +1,7 @@
 """scripts/bench: the shared runner (machine description, JSON, Markdown table) and every
 benchmark's ``--smoke`` run that the default venv can run (tiny sizes, one repeat). The slower
-smoke runs (fresh child processes per arm) are marked slow; the ones that need TRL, vLLM or a GPU
-are skipped with the reason."""
+smoke runs (fresh child processes per arm) are marked slow; the peer benchmark runs in the vLLM
+venv (TRL is there); the GPU one is skipped with the reason."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 FLAGS = "flags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"
 SLOW = {"exploration", "mgs", "packing", "lora_memory", "overlap"}
 SKIP = {
-    "peer_trl": "needs TRL: runs in .venv-bench (make venv-bench)",
     "gpu": "needs a CUDA GPU (scripts/gpu_check.sh step 2)",
 }
 
@@ -71,6 +70,8 @@ def _smoke(name: str, tmp_path, capsys, *extra: str) -> dict:
 
 
 def _marks(name: str) -> list[pytest.MarkDecorator]:
+    if name == "peer_trl":  # TRL lives in .venv-vllm: make test-vllm
+        return [pytest.mark.vllm]
     if name in SKIP:
         return [pytest.mark.skip(reason=SKIP[name])]
     return [pytest.mark.slow] if name in SLOW else []
@@ -94,11 +95,17 @@ def global_logging() -> Iterator[None]:
 @pytest.mark.usefixtures("global_logging")
 def test_smoke(name: str, tmp_path, capsys) -> None:
     extra = ("--out", str(tmp_path / "runs")) if name == "precision" else ()
+    extra = ("--profile",) if name == "peer_trl" else extra
     if name == "lora_memory" and importlib.util.find_spec("peft") is None:
         pytest.skip("needs peft (the [lora] extra)")
     record = _smoke(name, tmp_path, capsys, *extra)
     if name == "compressor":
         assert "same work: OK" in "\n".join(record["table"])
+    if name == "peer_trl":  # both frameworks timed and profiled; matmuls outside generation
+        for kind in ("decode", "trl"):
+            profile = record["results"][f"profile/tiny/beta=0/{kind}"]
+            assert profile["steps"] == 1 and profile["categories"]["GEMM"]["rest"] > 0
+        assert {row["kind"] for row in record["results"]["tiny/beta=0"]} == {"decode", "trl"}
 
 
 def test_cli_lists_the_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
