@@ -19,7 +19,8 @@ the concern, taken as typed constructor arguments (``model.init_args.<group>.<fi
 | ``loss`` | :class:`PreferenceLossSettings` | DPO (sigmoid / IPO / SimPO and their constants) |
 
 A group validates itself when it is built (before any model loads), with messages that name the
-dotted key; modules store each group in ``hparams`` as a plain dict (:func:`store_groups`), so
+dotted key; modules read their groups with :func:`take_groups` after ``save_hyperparameters``,
+which stores each in ``hparams`` as a plain dict (:func:`store_groups`), so
 checkpoints load with ``weights_only=True`` and through the CLI. Flat argument names from before
 the groups are refused from Python with the dotted name (:func:`refuse_flat_arguments`) and
 regrouped when an old checkpoint is read (:func:`regroup_flat`).
@@ -37,6 +38,7 @@ from lit_rlhf.settings.flat import (
     refuse_flat_arguments,
     regroup_flat,
     store_groups,
+    take_groups,
 )
 from lit_rlhf.settings.judge import JudgeSettings
 from lit_rlhf.settings.lora import LoRASettings, Quantize
@@ -80,5 +82,6 @@ __all__ = [
     "refuse_flat_arguments",
     "regroup_flat",
     "store_groups",
+    "take_groups",
     "unknown_key_message",
 ]
