@@ -19,6 +19,8 @@ from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
+from lit_rlhf.envs import environment_refusal
+from lit_rlhf.rollout import engine_refusal
 from lit_rlhf.settings import closest_field, group_params
 
 # jsonargparse's lines that describe its own search rather than the cause
@@ -34,6 +36,9 @@ _CLASS = re.compile(r"^Problem with given class_path '([^']+)':$")
 _OPTION = re.compile(r"^Option '([^']+)' is not accepted")
 _GROUP_OPTION = re.compile(r"^Group '([^']+)' does not accept option '([^']+)'")
 _CONTAINER_MISMATCH = re.compile(r"^- Expected a <class '(list|dict|tuple)'>$")
+_NOT_BY_SHAPE = re.compile(r"subclass of (EnvironmentLike|GenerationEngineLike)$")
+_GIVEN_PATH = re.compile(r"^Expected a path but (\S+) either")
+_SHAPE_REFUSALS = {"EnvironmentLike": environment_refusal, "GenerationEngineLike": engine_refusal}
 
 
 class LitRLHFParser(LightningArgumentParser):
@@ -58,8 +63,28 @@ def explain_parse_error(message: str, subcommand: str | None = None) -> str:
     report = ["lit-rlhf: the configuration was refused:", *(f"  {line}" for line in lines)]
     report.append(f"tip: `{command} --help` lists the options, `--print_config` shows the config")
     where = f"{key}: " if key else ""
-    report.append(f"error: {where}{cause.rstrip('.')}. Fix: {_fix(key, class_path, cause)}")
+    if shape := _shape_refusal(lines):  # an environment / engine without a method it needs
+        cause, _, fix = shape.partition(". Fix: ")
+    else:
+        fix = _fix(key, class_path, cause)
+    report.append(f"error: {where}{cause.rstrip('.')}. Fix: {fix}")
     return "\n".join(report)
+
+
+def _shape_refusal(lines: list[str]) -> str | None:
+    """For a class refused as an environment or an engine (:mod:`lit_rlhf.shapes`): which
+    method the class lacks, with the fix (jsonargparse names neither)."""
+    found = _NOT_BY_SHAPE.search(lines[-1]) if lines else None
+    texts = (line.strip().removeprefix("- ") for line in lines)
+    given = next((m.group(1) for text in texts if (m := _GIVEN_PATH.match(text))), None)
+    if found is None or given is None:
+        return None
+    module, _, name = given.rpartition(".")
+    try:  # jsonargparse imported it already; a failure here leaves its own message
+        cls = getattr(importlib.import_module(module), name)
+    except Exception:
+        return None
+    return _SHAPE_REFUSALS[found.group(1)](cls)
 
 
 def _first_branches(lines: list[str]) -> list[str]:

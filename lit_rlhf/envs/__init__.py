@@ -4,7 +4,13 @@ sandboxed Python code tool (:func:`run_python`, :class:`PythonTool`), environmen
 tools (:class:`ToolEnv`, :class:`PythonCodeEnv`) and demonstrations for a supervised warm start
 (:func:`scripted_messages`)."""
 
-from lit_rlhf.envs.base import Environment, StepResult, check_environment
+from lit_rlhf.envs.base import (
+    Environment,
+    EnvironmentLike,
+    StepResult,
+    check_environment,
+    environment_refusal,
+)
 from lit_rlhf.envs.calculator import CountdownCalculatorEnv
 from lit_rlhf.envs.demos import scripted_messages
 from lit_rlhf.envs.guess_number import GuessNumberEnv, GuessNumberPrompts, episode_reward_only
@@ -15,6 +21,7 @@ from lit_rlhf.envs.tools import ToolCall, ToolCallError, parse_tool_call
 __all__ = [
     "CountdownCalculatorEnv",
     "Environment",
+    "EnvironmentLike",
     "ExitReason",
     "GuessNumberEnv",
     "GuessNumberPrompts",
@@ -26,6 +33,7 @@ __all__ = [
     "ToolCallError",
     "ToolEnv",
     "check_environment",
+    "environment_refusal",
     "episode_reward_only",
     "parse_tool_call",
     "run_python",

@@ -11,8 +11,11 @@ the episode's prompt, then ``step(turn_text)`` after every agent turn with the t
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from lit_rlhf.shapes import ByShape, missing_methods
 
 
 class StepResult(NamedTuple):
@@ -49,11 +52,40 @@ class Environment(Protocol):
         ...
 
 
+class EnvironmentLike(ByShape):
+    """The type the CLI checks ``environment`` against: any class with callable ``reset`` and
+    ``step`` (annotated or not, a subclass of :class:`Environment` or not) passes
+    ``issubclass(cls, EnvironmentLike)``; see :mod:`lit_rlhf.shapes`."""
+
+    methods = ("reset", "step")
+
+    @abstractmethod
+    def reset(self, row: Mapping[str, Any]) -> None: ...
+
+    @abstractmethod
+    def step(self, turn: str) -> StepResult: ...
+
+
+_SIGNATURES = {"reset": "reset(row)", "step": "step(turn)"}
+
+
+def environment_refusal(env: Any) -> str | None:
+    """Why ``env`` (an object or a class) is not an environment, naming the missing method and
+    the class, with the fix; None when it has callable ``reset`` and ``step``."""
+    missing = missing_methods(env, EnvironmentLike.methods)
+    if not missing:
+        return None
+    cls = env if isinstance(env, type) else type(env)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    lacks = " and ".join(_SIGNATURES[m] for m in missing)
+    return (
+        f"environment {name} has no method {lacks}; an environment needs reset(row) and "
+        f"step(turn). Fix: add {lacks} to {cls.__qualname__}, or pass an environment by class "
+        "path, e.g. lit_rlhf.envs.CountdownCalculatorEnv."
+    )
+
+
 def check_environment(env: Any) -> None:
-    """Refuse an object that is not an :class:`Environment`, with the fix."""
-    if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
-        raise TypeError(
-            f"environment must have reset(row) and step(turn) methods, got {type(env).__name__}. "
-            "Fix: pass an Environment by class path, e.g. "
-            "lit_rlhf.envs.CountdownCalculatorEnv."
-        )
+    """Refuse an object that is not an :class:`Environment` (:func:`environment_refusal`)."""
+    if (why := environment_refusal(env)) is not None:
+        raise TypeError(why)

@@ -34,7 +34,7 @@ from lit_rlhf.modules.judge_inference import Decision, JudgeInference
 from lit_rlhf.modules.ppo_setup import build_networks, check_fit_setup, refuse_set_fields
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.verdict import VerdictReward, gold_label
-from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.rollout.base import GenerationEngine, GenerationEngineLike
 from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.settings import (
     AdvantageSettings,
@@ -103,7 +103,7 @@ class GenerativeRewardModule(LightningModule):
         mode: Literal["rft", "consistrm", "reflectrm"] = "rft",
         model: str = "builtin:tiny-llama",
         reward: RewardFunction | None = None,
-        engine: GenerationEngine | None = None,
+        engine: GenerationEngineLike | None = None,
         tokenizer: Any = None,
         optim: OptimSettings = _OPTIM,
         precision: PrecisionSettings = PrecisionSettings(),

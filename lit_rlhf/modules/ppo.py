@@ -17,7 +17,7 @@ from lightning import Callback, LightningModule
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from lit_rlhf.envs import Environment
+from lit_rlhf.envs import Environment, EnvironmentLike
 from lit_rlhf.metrics import GroupedMean
 from lit_rlhf.modules.ppo_setup import (
     build_networks,
@@ -27,7 +27,7 @@ from lit_rlhf.modules.ppo_setup import (
 )
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.combine import combined_reward
-from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.rollout.base import GenerationEngine, GenerationEngineLike
 from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.settings import (
     AdvantageSettings,
@@ -72,8 +72,10 @@ class PPOModule(LightningModule):
         engine: generation engine; default :class:`HFGenerationEngine` with its defaults.
         tokenizer: a tokenizer object; the CLI links the DataModule's. ``None`` loads ``model``'s.
         environment: multi-turn tool / environment rollouts: an
-            :class:`~lit_rlhf.envs.Environment` by class path (None: one response per sample,
-            the single-turn path; the ``env`` group is refused then). See docs/agents.md.
+            :class:`~lit_rlhf.envs.Environment` by class path, i.e. any class with ``reset``
+            and ``step`` methods (checked by shape, :class:`~lit_rlhf.envs.EnvironmentLike`;
+            None: one response per sample, the single-turn path; the ``env`` group is refused
+            then). See docs/agents.md.
         reward_weights: with a list ``reward``: one weight per reward (default all 1.0); the
             parts are summed into one :class:`~lit_rlhf.rewards.WeightedRewards`, each logged as
             ``reward/<name>``.
@@ -112,9 +114,9 @@ class PPOModule(LightningModule):
         # the list first: jsonargparse can then write a list of rewards back into config.yaml
         reward: list[RewardFunction | Callable[..., Any]] | RewardFunction | Callable[..., Any],
         model: str = "builtin:tiny-llama",
-        engine: GenerationEngine | None = None,
+        engine: GenerationEngineLike | None = None,
         tokenizer: Any = None,
-        environment: Environment | None = None,
+        environment: EnvironmentLike | None = None,
         reward_weights: list[float] | None = None,
         reward_fallback: float = 0.0,
         optim: OptimSettings = _OPTIM,

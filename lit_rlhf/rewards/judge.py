@@ -21,7 +21,7 @@ from lit_rlhf.data.judge_templates import judge_template, render_judge_prompt
 from lit_rlhf.data.prompts import render_chat_prompt, tokenize_prompts
 from lit_rlhf.models.loading import Dtype, load_causal_lm, load_tokenizer
 from lit_rlhf.rewards.base import check_batch_lengths
-from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.rollout.base import GenerationEngine, GenerationEngineLike
 from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.types import RewardOutput
 
@@ -81,7 +81,7 @@ class JudgeReward:
         use_chat_template: bool = True,
         chat_template_kwargs: dict[str, Any] | None = None,
         question_suffix: str = "",
-        engine: GenerationEngine | None = None,
+        engine: GenerationEngineLike | None = None,
         batch_size: int = 16,
         device: str | None = None,
         dtype: Dtype = "float32",

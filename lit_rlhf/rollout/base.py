@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
@@ -9,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from lit_rlhf.shapes import ByShape, missing_methods
 from lit_rlhf.types import GenerationOutput
 
 
@@ -45,6 +47,48 @@ class GenerationEngine(Protocol):
     def sync_weights(self, model: nn.Module) -> None:
         """Make the engine serve ``model``'s current weights (called after every optimizer step)."""
         ...
+
+
+class GenerationEngineLike(ByShape):
+    """The type the CLI checks an ``engine`` against: any class with callable ``generate`` and
+    ``sync_weights`` (annotated or not) passes ``issubclass(cls, GenerationEngineLike)``; see
+    :mod:`lit_rlhf.shapes`. ``temperature`` is an instance attribute, not checked here."""
+
+    methods = ("generate", "sync_weights")
+    temperature: float
+
+    @abstractmethod
+    def generate(
+        self,
+        model: nn.Module,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        tokenizer: Any,
+        *,
+        greedy: bool = False,
+        log_probs: bool = True,
+        max_new_tokens: int | None = None,
+    ) -> GenerationOutput: ...
+
+    @abstractmethod
+    def sync_weights(self, model: nn.Module) -> None: ...
+
+
+def engine_refusal(engine: Any) -> str | None:
+    """Why ``engine`` (an object or a class) is not a generation engine, naming the missing
+    method and the class, with the fix; None when it has callable ``generate`` and
+    ``sync_weights``."""
+    missing = missing_methods(engine, GenerationEngineLike.methods)
+    if not missing:
+        return None
+    cls = engine if isinstance(engine, type) else type(engine)
+    lacks = " and ".join(f"{m}(...)" for m in missing)
+    return (
+        f"engine {cls.__module__}.{cls.__qualname__} has no method {lacks}; an engine needs "
+        f"generate(model, input_ids, attention_mask, tokenizer, ...) and sync_weights(model). "
+        f"Fix: add {lacks} to {cls.__qualname__}, or pass an engine by class path, e.g. "
+        "lit_rlhf.rollout.HFGenerationEngine."
+    )
 
 
 def check_sampling_args(
