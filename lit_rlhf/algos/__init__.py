@@ -42,8 +42,12 @@ from lit_rlhf.algos.judge import (
 from lit_rlhf.algos.kl import AdaptiveKLController, KLEstimator, kl_penalty
 from lit_rlhf.algos.masking import masked_mean, masked_sum, masked_var, masked_whiten
 from lit_rlhf.algos.mismatch import (
+    ImportanceLevel,
+    importance_log_ratios,
+    importance_weights,
     masked_importance_weights,
     mismatch_stats,
+    sequence_mean_weights,
     truncated_importance_weights,
 )
 from lit_rlhf.algos.ppo_losses import (
@@ -66,6 +70,7 @@ __all__ = [
     "AdaptiveKLController",
     "AggregationMode",
     "CoefficientSchedule",
+    "ImportanceLevel",
     "JudgeFormat",
     "KLEstimator",
     "PolicyLossStats",
@@ -91,6 +96,8 @@ __all__ = [
     "group_advantages",
     "group_parameters",
     "gspo_policy_loss",
+    "importance_log_ratios",
+    "importance_weights",
     "informative_groups",
     "ipo_loss",
     "judge_format_ok",
@@ -113,6 +120,7 @@ __all__ = [
     "reinforce_pp_advantages",
     "rloo_advantages",
     "select_anchor",
+    "sequence_mean_weights",
     "simpo_loss",
     "surgery",
     "token_level_rewards",

@@ -13,7 +13,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lit_rlhf.algos.masking import masked_whiten
+from lit_rlhf.algos.masking import masked_mean, masked_var
+
+# OpenRLHF's REINFORCE++ normalisation: compute_advantages_and_returns in
+# openrlhf/trainer/ppo_utils/experience_maker.py (OpenRLHF/OpenRLHF at commit
+# 3c3be6234e0cb353e76bb8019947db9dfe99fca7) divides the squared deviations by the number of
+# counted tokens n (not n - 1) and takes rsqrt(max(var, 1e-8)).
+_VAR_FLOOR = 1e-8
 
 
 def gae(
@@ -168,10 +174,14 @@ def reinforce_pp_advantages(
     The reward of token t is ``r_t = [t is the last counted token] * score - kl_coef * kl_t``
     (the KL to the reference, per token, in the reward: eq. 3); the advantage is the discounted
     return ``G_t = sum_{s >= t} gamma^(s-t) r_s`` (eq. 4, no critic), then whitened over every
-    counted token of the batch (mean 0, std 1: the global advantage normalisation of sec. 3.2),
-    which replaces GRPO's per-prompt normalisation. With ``group_ids`` (REINFORCE++-baseline,
-    the same paper's variant for several samples per prompt) each score first has its group's
-    mean subtracted.
+    counted token of the batch (the global advantage normalisation of sec. 3.2), which replaces
+    GRPO's per-prompt normalisation. The whitening is the authors' code's, OpenRLHF's
+    ``compute_advantages_and_returns`` (openrlhf/trainer/ppo_utils/experience_maker.py, commit
+    3c3be623): ``(G - mean) / sqrt(max(var, 1e-8))`` with the population variance (squared
+    deviations over n, not n - 1). With ``group_ids`` (REINFORCE++-baseline, the same paper's
+    variant for several samples per prompt) each score first has its group's mean subtracted.
+    OpenRLHF forces ``gamma`` to 1 for that variant; here ``gamma`` is honoured as given (the
+    default, 1, is OpenRLHF's).
 
     Args:
         scores: [B] scalar reward per sequence.
@@ -196,4 +206,6 @@ def reinforce_pp_advantages(
         rewards = rewards - kl_coef * kl.detach().to(rewards.dtype).masked_fill(~mask, 0.0)
     # GAE with zero values and lambda 1 is the discounted return-to-go
     returns, _ = gae(rewards, torch.zeros_like(rewards), mask, gamma=gamma, lam=1.0)
-    return masked_whiten(returns, mask)
+    mean = masked_mean(returns, mask)
+    rstd = masked_var(returns, mask, unbiased=False).clamp(min=_VAR_FLOOR).rsqrt()
+    return torch.where(mask, (returns - mean) * rstd, torch.zeros_like(returns))

@@ -14,6 +14,8 @@ from lit_rlhf.settings.base import Rule, SettingsGroup, is_int, non_negative
 Advantage = Literal["gae", "grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
 PolicyLoss = Literal["ppo", "gspo"]
 MismatchCorrection = Literal["auto", "none", "tis", "mask"]
+MismatchLevel = Literal["token", "sequence"]
+GSPOWeighting = Literal["token", "sequence"]
 CriticKind = Literal["separate", "value_head"]
 LossAggregation = Literal[
     "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
@@ -169,6 +171,12 @@ class PolicyLossSettings(SettingsGroup):
             ``seq_mean_token_mean`` (GRPO), ``seq_mean_token_sum``, or ``seq_mean_token_sum_norm``
             (Dr. GRPO: token sums over sequences x ``loss_norm_length``).
         loss_norm_length: that constant (null: the engine's ``max_new_tokens``).
+        gspo_weighting: how GSPO applies the factors that vary per token: ``token`` (GSPO-token,
+            sec. 4.3: each token's term is weighted by its own ``mismatch`` weight and, with
+            ``kl.ratio_correction``, its KL estimate by its own ratio ``pi / pi_old``) or
+            ``sequence`` (TRL 1.16 with ``importance_sampling_level: sequence``: each sequence's
+            term by the mean of its tokens' mismatch weights, the KL estimate by the sequence
+            ratio ``exp(mean_t log(pi / pi_old))``). Needs ``policy_loss: gspo``.
     """
 
     GROUP = "loss"
@@ -179,6 +187,7 @@ class PolicyLossSettings(SettingsGroup):
     dual_clip: float | None = None
     loss_agg: LossAggregation = "token_mean"
     loss_norm_length: int | None = None
+    gspo_weighting: GSPOWeighting = "token"
 
     def rules(self) -> list[Rule]:
         return [
@@ -197,6 +206,13 @@ class PolicyLossSettings(SettingsGroup):
                 f"sequences (arXiv 2507.18071 eq. 5), but loss.loss_agg={self.loss_agg!r} weighs "
                 "sequences by their length. Fix: set loss.loss_agg: seq_mean_token_mean."
             )
+        if self.gspo_weighting != "token" and self.policy_loss != "gspo":
+            raise ValueError(
+                f"loss.gspo_weighting={self.gspo_weighting!r} sets how GSPO's sequence ratio "
+                f"meets per-token weights, and loss.policy_loss={self.policy_loss!r} has no "
+                "sequence ratio. Fix: set loss.policy_loss: gspo, or leave loss.gspo_weighting "
+                "at token."
+            )
 
 
 @dataclass(frozen=True)
@@ -205,13 +221,22 @@ class MismatchSettings(SettingsGroup):
     (``model.init_args.mismatch``); logged as ``rollout/mismatch_*`` whenever both exist.
 
     Args:
-        correction: ``tis`` weights each token by ``min(pi_old / mu, cap)``; ``mask`` keeps the
-            ratio as the weight inside [``low``, ``high``] and drops the tokens outside; ``none``;
-            ``auto``: ``tis`` with an engine of its own numerics (vLLM) when the trainer's old
-            log-probs exist, else ``none``.
-        cap: TIS's cap on the weight.
-        low: the mask's lower bound.
-        high: the mask's upper bound.
+        correction: ``tis`` weights the loss by the ratio ``pi_old / mu`` truncated to
+            [``floor``, ``cap``]; ``mask`` keeps the ratio as the weight inside [``low``,
+            ``high``] and gives 0 outside (those tokens leave the loss); ``none``; ``auto``:
+            ``tis`` with an engine of its own numerics (vLLM) when the trainer's old log-probs
+            exist, else ``none``.
+        level: ``token`` (one ratio per token) or ``sequence`` (one ratio per sequence, the
+            product of its tokens' ratios, truncated or masked as a whole and weighting every
+            token). With ``correction`` these are TRL 1.16's ``vllm_importance_sampling_mode``
+            ``token_truncate`` / ``sequence_truncate`` (tis) and ``token_mask`` /
+            ``sequence_mask`` (mask).
+        cap: TIS's upper bound on the weight (TRL's ``vllm_importance_sampling_clip_max``).
+        floor: TIS's lower bound on the weight (0: none; TRL's
+            ``vllm_importance_sampling_clip_min`` in the truncate modes).
+        low: the mask's lower bound (TRL's ``vllm_importance_sampling_clip_min`` in the mask
+            modes; 0 for TRL's default None).
+        high: the mask's upper bound (TRL's ``vllm_importance_sampling_clip_max``).
     """
 
     GROUP = "mismatch"
@@ -223,7 +248,9 @@ class MismatchSettings(SettingsGroup):
     }
 
     correction: MismatchCorrection = "auto"
+    level: MismatchLevel = "token"
     cap: float = 2.0
+    floor: float = 0.0
     low: float = 0.5
     high: float = 2.0
 
@@ -231,6 +258,8 @@ class MismatchSettings(SettingsGroup):
         return [
             ("cap", 1 <= self.cap < math.inf,
              ">= 1 and finite (a cap below 1 would shrink every on-policy token's weight)"),
+            ("floor", 0 <= self.floor < 1,
+             "in [0, 1) (a floor of 1 or more would raise every on-policy token's weight)"),
             ("low", 0 <= self.low < 1, "in [0, 1)"),
             ("high", 1 < self.high < math.inf, "> 1 and finite"),
         ]  # fmt: skip

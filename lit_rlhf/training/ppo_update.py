@@ -24,11 +24,11 @@ from lit_rlhf.algos import (
     clipped_policy_loss,
     clipped_value_loss,
     gspo_policy_loss,
+    importance_weights,
     kl_penalty,
-    masked_importance_weights,
     masked_mean,
     mismatch_stats,
-    truncated_importance_weights,
+    sequence_mean_weights,
 )
 from lit_rlhf.models.chunked import pack_rows, packed_response_forward
 from lit_rlhf.models.forward import forward_response
@@ -99,9 +99,10 @@ class PPOUpdate:
             the experience gets exactly one update, before which the weights did not change).
         step: the rollout step this update belongs to.
         mismatch: the correction for the engine's log-probs (``mismatch.correction`` resolved
-            for the engine): ``tis`` weights each token's policy loss by ``min(pi_old / mu,
-            mismatch.cap)``, ``mask`` drops the tokens whose ratio leaves ``[mismatch.low,
-            mismatch.high]``, ``none`` leaves it; whenever the rollout holds the engine's
+            for the engine): ``tis`` weights the policy loss by the ratio ``pi_old / mu``
+            truncated to ``[mismatch.floor, mismatch.cap]``, ``mask`` by the ratio inside
+            ``[mismatch.low, mismatch.high]`` and 0 outside, per token or per sequence
+            (``mismatch.level``); ``none`` leaves it; whenever the rollout holds the engine's
             log-probs the mismatch is logged (``rollout/mismatch_*``).
         norm_length: the constant of ``loss.loss_agg: seq_mean_token_sum_norm`` (
             ``loss.loss_norm_length``, else the engine's ``max_new_tokens``).
@@ -124,6 +125,8 @@ class PPOUpdate:
     ) -> None:
         self.policy, self.critic, self.settings = policy, critic, settings
         self.mismatch, self.norm_length = mismatch, norm_length
+        # GSPO's per-token factors taken per sequence (TRL's form; refused without GSPO)
+        self.gspo_per_sequence = settings.loss.gspo_weighting == "sequence"
         self.experience = experience
         self.temperature, self.kl_coef = temperature, kl_coef
         self.loss_terms = loss_terms
@@ -302,21 +305,17 @@ class PPOUpdate:
             return pg  # no second source of log-probs to compare with
         engine = engine[micro][:, rcols]
         stats_mm = mismatch_stats(old, engine, mask)
+        if self.mismatch in ("tis", "mask"):
+            weights, weight_stats = importance_weights(
+                old, engine, mask, correction=self.mismatch, level=mismatch.level,
+                cap=mismatch.cap, floor=mismatch.floor, low=mismatch.low, high=mismatch.high,
+            )  # fmt: skip
+            stats_mm.update(weight_stats)
+            if self.gspo_per_sequence:  # TRL's form: the sequence's mean weight
+                weights = sequence_mean_weights(weights, mask)
+            pg = pg * weights.to(pg.dtype)
         self.add({f"rollout/mismatch_{k}": v for k, v in stats_mm.items()})
-        if self.mismatch == "tis":
-            cap = mismatch.cap
-            weights = truncated_importance_weights(old, engine, cap=cap)
-            capped = (weights >= cap).float()  # the weights hold min(ratio, cap)
-            self._record("rollout/mismatch_capped_fraction", masked_mean(capped, mask))
-        elif self.mismatch == "mask":
-            weights = masked_importance_weights(
-                old, engine, mask, low=mismatch.low, high=mismatch.high
-            )
-            self._record("rollout/mismatch_masked_fraction", masked_mean(1 - weights, mask))
-        else:
-            return pg
-        self._record("rollout/mismatch_weight_mean", masked_mean(weights, mask))
-        return pg * weights.to(pg.dtype)
+        return pg
 
     def _old_log_probs(self, current: Tensor, micro: Tensor, rcols: slice, mask: Tensor) -> Tensor:
         exp = self.experience
@@ -331,16 +330,20 @@ class PPOUpdate:
         self, log_probs: Tensor, old: Tensor, micro: Tensor, rcols: slice, mask: Tensor
     ) -> Tensor | None:
         """The weighted per-token KL term, or None when the KL is not in the loss. With
-        ``kl_ratio_correction`` the estimate is multiplied by the ratio ``pi / pi_old``, which
+        ``kl.ratio_correction`` the estimate is multiplied by the ratio ``pi / pi_old``, which
         makes the k3 estimate unbiased for samples drawn from ``pi_old`` (DeepSeek-V3.2, arXiv
-        2512.02556; TRL's ``use_bias_correction_kl``)."""
+        2512.02556; TRL's ``use_bias_correction_kl``): per token, or with GSPO and
+        ``loss.gspo_weighting: sequence`` the sequence ratio (TRL's form)."""
         ref = self.experience.ref_log_probs
         if not (self.kl_coef > 0 and not self.settings.kl_in_reward and ref is not None):
             return None
         estimator = self.settings.kl.estimator
         kl = kl_penalty(log_probs, ref[micro][:, rcols], estimator=estimator)
         if self.settings.kl.ratio_correction:
-            kl = kl * torch.exp(log_probs - old.detach())
+            log_ratio = log_probs - old.detach()
+            if self.gspo_per_sequence:  # TRL's form: the sequence ratio of GSPO
+                log_ratio = masked_mean(log_ratio, mask, dim=-1)[:, None]
+            kl = kl * torch.exp(log_ratio)
         self._record("ppo/kl_loss", masked_mean(kl, mask))
         return self.kl_coef * kl
 

@@ -1,6 +1,9 @@
 """The rollout/training mismatch correction: with the engine's log-probs deliberately perturbed,
 the TIS-corrected gradient equals the importance-weighted policy gradient computed here by hand,
-the masked variant drops exactly the tokens outside its band, and the mismatch is logged."""
+the masked variant weights by the ratio inside its band and drops exactly the tokens outside it,
+and the mismatch is logged."""
+
+import dataclasses
 
 import lightning as L
 import pytest
@@ -14,8 +17,8 @@ from tests.helpers import prompt_loader, replace_groups
 from tests.modules.test_ppo import PROMPTS, make_module
 
 
-def _perturbed_experience(tiny_model_dir, noise=0.4):
-    module = make_module(tiny_model_dir, mismatch={"correction": "tis"})
+def _perturbed_experience(tiny_model_dir, noise=0.4, **groups):
+    module = make_module(tiny_model_dir, **{"mismatch": {"correction": "tis"}, **groups})
     module.configure_model()
     module.trainer = L.Trainer(logger=False, enable_progress_bar=False)
     batch = next(iter(prompt_loader(module.tokenizer, PROMPTS[:4], 4)))
@@ -29,10 +32,10 @@ def _perturbed_experience(tiny_model_dir, noise=0.4):
     return module, module.prepare_update(rollout)
 
 
-def _grads(module, experience, correction, **groups):
+def _grads(module, experience, correction, kl_coef=0.0, **groups):
     update = PPOUpdate(
         module.policy, replace_groups(module.settings, **groups), experience, temperature=1.0,
-        kl_coef=0.0,
+        kl_coef=kl_coef,
         use_current_as_old=True, mismatch=correction,
     )  # fmt: skip
     module.zero_grad()
@@ -70,18 +73,85 @@ def test_tis_gradient_equals_the_importance_weighted_gradient(tiny_model_dir):
     assert float(stats["rollout/mismatch_ratio_max"]) > 2.0
 
 
-def test_masked_correction_drops_the_tokens_outside_the_band(tiny_model_dir):
+def test_masked_correction_weights_by_the_ratio_inside_the_band(tiny_model_dir):
     module, exp = _perturbed_experience(tiny_model_dir)
     ours, stats = _grads(module, exp, "mask", mismatch={"low": 0.7, "high": 1.4})
 
     def band(old, eng):
         ratio = torch.exp(old - eng)
-        return ((ratio >= 0.7) & (ratio <= 1.4)).float()
+        return torch.where((ratio >= 0.7) & (ratio <= 1.4), ratio, torch.zeros_like(ratio))
 
     ref = _weighted_reference(module, exp, band)
     for name in ref:
         torch.testing.assert_close(ours[name], ref[name], atol=1e-6, rtol=1e-4)
     assert 0 < float(stats["rollout/mismatch_masked_fraction"]) < 1
+
+
+def _row_mean(x, mask):
+    return (x * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
+@pytest.mark.parametrize(
+    "correction,groups,weight",
+    [
+        ("tis", {"cap": 1.5, "floor": 0.5}, lambda r: r.clamp(min=0.5, max=1.5)),
+        ("mask", {"low": 0.4, "high": 2.5},
+         lambda r: torch.where((r >= 0.4) & (r <= 2.5), r, torch.zeros_like(r))),
+    ],
+    ids=["sequence_truncate", "sequence_mask"],
+)  # fmt: skip
+def test_sequence_level_weights_each_sequence_by_its_product_ratio(
+    tiny_model_dir, correction, groups, weight
+):
+    module, exp = _perturbed_experience(tiny_model_dir, noise=0.15)
+    mismatch = {"level": "sequence", **groups}
+    ours, stats = _grads(module, exp, correction, mismatch=mismatch)
+    mask = exp.rollout.response_mask
+
+    def per_sequence(old, eng):
+        ratio = torch.exp(((old - eng) * mask).sum(1, keepdim=True))  # prod_t pi_old / mu
+        return weight(ratio).expand_as(old)
+
+    ref = _weighted_reference(module, exp, per_sequence)
+    for name in ref:
+        torch.testing.assert_close(ours[name], ref[name], atol=1e-6, rtol=1e-4)
+    token, _ = _grads(module, exp, correction, mismatch={"level": "token", **groups})
+    assert any(not torch.allclose(token[n], ref[n], atol=1e-6, rtol=1e-4) for n in ref)
+    outside = stats.get("rollout/mismatch_masked_fraction", stats.get(
+        "rollout/mismatch_capped_fraction"))  # fmt: skip
+    assert 0 < float(outside) < 1  # some sequences in the band, some out
+
+
+def test_gspo_sequence_weighting_is_trls_form(tiny_model_dir):
+    """``loss.gspo_weighting: sequence`` with TIS and ``kl.ratio_correction``: each sequence's
+    GSPO term is weighted by its mean TIS weight and the k3 estimate multiplied by the sequence
+    ratio (TRL 1.16, importance_sampling_level='sequence'), written here from that formula."""
+    gspo = {"policy_loss": "gspo", "loss_agg": "seq_mean_token_mean", "clip_low": 3e-4,
+            "clip_high": 4e-4}  # fmt: skip
+    kl = {"coef": 0.1, "ratio_correction": True}
+    module, exp = _perturbed_experience(tiny_model_dir, loss=gspo, kl=kl)
+    gen = torch.Generator().manual_seed(2)
+    ref_lp = exp.ref_log_probs + 0.3 * torch.randn(exp.ref_log_probs.shape, generator=gen)
+    exp = dataclasses.replace(exp, ref_log_probs=ref_lp)  # a reference that differs
+    ours, _ = _grads(module, exp, "tis", kl_coef=0.1, loss={"gspo_weighting": "sequence"})
+
+    ro = exp.rollout
+    module.zero_grad()
+    lp = forward_response(module.policy, ro.input_ids, ro.attention_mask, ro.response_ids,
+                          temperature=1.0).log_probs  # fmt: skip
+    mask = ro.response_mask
+    seq_ratio = torch.exp(_row_mean(lp - lp.detach(), mask))[:, None]  # value 1, GSPO's gradient
+    tis = torch.exp(lp.detach() - ro.sample_log_probs).clamp(max=2.0)
+    adv = _row_mean(exp.advantages, mask)[:, None]
+    policy = -adv * seq_ratio * _row_mean(tis, mask)[:, None]
+    k3 = torch.exp(ref_lp - lp) - (ref_lp - lp) - 1
+    loss = (_row_mean(policy.expand_as(lp), mask) + 0.1 * _row_mean(k3 * seq_ratio, mask)).mean()
+    loss.backward()
+    ref = {n: p.grad.clone() for n, p in module.policy.named_parameters() if p.grad is not None}
+    for name in ref:
+        torch.testing.assert_close(ours[name], ref[name], atol=1e-6, rtol=1e-4)
+    per_token, _ = _grads(module, exp, "tis", kl_coef=0.1)  # GSPO-token, lit-rlhf's default
+    assert any(not torch.allclose(per_token[n], ref[n], atol=1e-6, rtol=1e-4) for n in ref)
 
 
 def test_the_mismatch_is_logged_in_a_training_step(tiny_model_dir, tmp_path):

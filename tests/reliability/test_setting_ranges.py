@@ -61,6 +61,7 @@ RANGES: dict[str, tuple[str, list[Any]]] = {
     "advantage.eps": (">= 0, finite", [-1e-6, NAN, INF]),
     "loss.loss_norm_length": (">= 1, or null (max_new_tokens)", [0, -4]),
     "mismatch.cap": (">= 1, finite", [0.5, NAN, INF]),
+    "mismatch.floor": ("[0, 1)", [-0.1, 1.0, NAN]),
     "mismatch.low": ("[0, 1)", [-0.1, 1.0, NAN]),
     "mismatch.high": ("> 1, finite", [1.0, 0.5, NAN, INF]),
     "rollout.overlong_buffer": (">= 1 token, or null (no soft penalty)", [0, -3]),
