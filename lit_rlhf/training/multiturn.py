@@ -15,11 +15,17 @@ of the loss (its score still enters the group baseline) or, with ``env.budget_pe
 scored that value and trained on.
 An episode also ends when the environment says ``done`` or after ``env.max_turns`` agent turns.
 
-Faults: an environment step that raises, or runs past ``env.step_timeout`` seconds, is answered
-with an ``<error>`` observation and counted (``env/faults``); so is a bad tool call the
-environment reports (``StepResult.fault``). The run goes on. After a step that timed out, and
-after a ``reset`` that raised or timed out (one fault), the episode's environment is not called
-again (a timed-out call may still be running): its next step ends the episode.
+Faults: environment code never ends the run. A step that raises (any exception, ``SystemExit``
+and ``KeyboardInterrupt`` included: environment code runs in a worker thread, and Python runs
+the handlers of the run's own interruption, Ctrl-C or SIGTERM, only in the main thread) or runs
+past ``env.step_timeout`` seconds is answered with an ``<error>`` observation and the episode
+goes on; a step that returns no :class:`StepResult` (None, a wrongly shaped or typed value) or a
+non-finite reward ends the episode, its turn scored 0. After a step that timed out the episode's
+environment is not called again (the call may still be running): its next turn ends the
+episode; after a ``reset`` that raised or timed out, the episode's first agent turn is taken
+and ends it. Each is counted in ``env/faults`` (the total) and ``env/faults/<kind>``
+(:data:`FAULT_KINDS`), with the bad tool calls the environment reports itself
+(``StepResult.fault``) as ``reported``.
 ``env/tool_calls`` is the share of episodes with at least one turn the environment flagged as a
 well-formed tool call (``StepResult.tool_call``).
 """
@@ -28,7 +34,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +51,13 @@ from lit_rlhf.settings import EnvironmentSettings
 from lit_rlhf.types import GenerationOutput
 
 _UNLIMITED = 1 << 30  # no per-turn budget
+# env/faults/<kind>: a step that raised an Exception / another BaseException (SystemExit,
+# KeyboardInterrupt raised by environment code) / timed out / returned no StepResult / gave a
+# non-finite reward; a reset that raised or timed out; a bad call the environment reported
+FAULT_KINDS = (
+    "exception", "base_exception", "timeout", "bad_return", "nonfinite_reward", "reset",
+    "reported",
+)  # fmt: skip
 
 
 @dataclass
@@ -56,7 +71,7 @@ class _Episode:
     turn_rewards: list[float] = field(default_factory=list)
     done: bool = False
     cut: bool = False
-    faults: int = 0
+    faults: Counter[str] = field(default_factory=Counter)  # by kind (FAULT_KINDS)
     tool_calls: int = 0  # turns the environment flagged as a well-formed tool call
 
 
@@ -103,9 +118,9 @@ class MultiTurnRollout:
         for ids, mask, row in zip(prompt_ids, prompt_mask.bool(), rows, strict=True):
             ep = _Episode(ids[mask].tolist(), copy.deepcopy(self.environment))
             _, failure = _guarded(ep.env.reset, row, timeout=self.timeout)
-            if failure is not None:  # the episode runs; its first step answers with the error
-                ep.faults += 1
-                ep.env = _Unavailable(f"its reset {failure}")
+            if failure is not None:  # the episode's first turn is taken and ends it
+                ep.faults["reset"] += 1
+                ep.env = _Unavailable(f"its reset {failure[1]}")
             episodes.append(ep)
         for _ in range(self.max_turns):
             active = [ep for ep in episodes if not ep.done]
@@ -162,11 +177,12 @@ class MultiTurnRollout:
         observation (if the episode goes on) is appended as environment tokens."""
         start = ep.turn_ends[-2] + 1 if len(ep.turn_ends) > 1 else 0
         turn = [t for t, a in zip(ep.ids[start:], ep.agent[start:], strict=True) if a]
-        result = guarded_step(ep.env, tokenizer.decode(turn, skip_special_tokens=True),
-                              timeout=self.timeout)  # fmt: skip
-        ep.turn_rewards[-1] = float(result.reward)
-        ep.faults += result.fault is not None
-        if result.fault == "timeout":  # never step it again: the step may still be running
+        result, kind = guarded_step(ep.env, tokenizer.decode(turn, skip_special_tokens=True),
+                                    timeout=self.timeout)  # fmt: skip
+        ep.turn_rewards[-1] = result.reward
+        if kind is not None:
+            ep.faults[kind] += 1
+        if kind == "timeout":  # never step it again: the step may still be running
             ep.env = _Unavailable("a step timed out")
         ep.tool_calls += bool(result.tool_call)
         if result.done or len(ep.turn_ends) >= self.max_turns:
@@ -230,8 +246,10 @@ class MultiTurnRollout:
         ends = [ep.turn_ends + [-1] * (k - len(ep.turn_ends)) for ep in episodes]
         rewards = [ep.turn_rewards + [0.0] * (k - len(ep.turn_rewards)) for ep in episodes]
         cut = torch.tensor([ep.cut for ep in episodes], device=device)
+        faults = sum((ep.faults for ep in episodes), Counter[str]())
         stats = {
-            "env/faults": torch.tensor(float(sum(ep.faults for ep in episodes))),
+            "env/faults": torch.tensor(float(faults.total())),
+            **{f"env/faults/{k}": torch.tensor(float(faults[k])) for k in FAULT_KINDS},
             "env/turns": torch.tensor([float(len(ep.turn_ends)) for ep in episodes]).mean(),
             "env/cut": cut.float().mean().cpu(),
             # share of episodes with at least one well-formed tool call (StepResult.tool_call)
@@ -247,36 +265,72 @@ class MultiTurnRollout:
         )
 
 
-def guarded_step(env: Any, turn: str, *, timeout: float) -> StepResult:
-    """``env.step(turn)`` run in a daemon thread for at most ``timeout`` seconds; an exception
-    or a timeout becomes an ``<error>`` observation with a fault (``exception`` / ``timeout``;
-    a step that never returns keeps its thread, and the loop never steps that environment
-    again: :class:`_Unavailable` answers its episode's next step)."""
+def guarded_step(env: Any, turn: str, *, timeout: float) -> tuple[StepResult, str | None]:
+    """``env.step(turn)`` run in a daemon thread for at most ``timeout`` seconds, and the fault
+    kind of the turn (:data:`FAULT_KINDS`; None: no fault). Anything raised and a timeout
+    become an ``<error>`` observation (a step that never returns keeps its thread, and the loop
+    never steps that environment again: :class:`_Unavailable` answers its episode's next step);
+    a return that is no :class:`StepResult` and a non-finite reward end the episode."""
     result, failure = _guarded(env.step, turn, timeout=timeout)
     if failure is not None:
-        fault = "timeout" if failure.startswith("timed out") else "exception"
-        return StepResult(error_text(f"the environment {failure}"), fault=fault)
-    return result if isinstance(result, StepResult) else StepResult(*result)
+        kind, why = failure
+        return StepResult(error_text(f"the environment {why}"), fault=kind), kind
+    checked = as_step_result(result)
+    if checked is None:
+        why = f"returned {type(result).__name__}, not a StepResult"
+        return _ended(why, "bad_return"), "bad_return"
+    if not math.isfinite(checked.reward):
+        kind = "nonfinite_reward"
+        return _ended(f"gave a non-finite reward ({checked.reward})", kind), kind
+    return checked, ("reported" if checked.fault is not None else None)
 
 
-def _guarded(fn: Any, arg: Any, *, timeout: float) -> tuple[Any, str | None]:
-    """(``fn(arg)``, None), or (None, why it failed) when it raised or ran past ``timeout``
-    seconds (it then keeps running in its daemon thread)."""
+def as_step_result(value: Any) -> StepResult | None:
+    """``value`` as a :class:`StepResult` with a ``str`` observation, a float reward and a
+    ``str`` or None fault (a plain tuple or list of its fields is taken too); None when it is
+    not one."""
+    if not isinstance(value, tuple | list) or not 1 <= len(value) <= len(StepResult._fields):
+        return None
+    result = value if isinstance(value, StepResult) else StepResult(*value)
+    reward = result.reward
+    if isinstance(reward, bool) or not isinstance(result.observation, str):
+        return None
+    if not (result.fault is None or isinstance(result.fault, str)):
+        return None
+    try:
+        reward = float(reward)
+    except (TypeError, ValueError):  # e.g. a string, a tensor of several values
+        return None
+    return result._replace(reward=reward, done=bool(result.done), tool_call=bool(result.tool_call))
+
+
+def _ended(why: str, kind: str) -> StepResult:
+    return StepResult(error_text(f"the environment {why}"), done=True, fault=kind)
+
+
+def _guarded(fn: Any, arg: Any, *, timeout: float) -> tuple[Any, tuple[str, str] | None]:
+    """(``fn(arg)``, None), or (None, (fault kind, why it failed)) when it raised or ran past
+    ``timeout`` seconds (it then keeps running in its daemon thread). Everything ``fn`` raises
+    is caught, ``SystemExit`` and ``KeyboardInterrupt`` included: ``fn`` runs in its own
+    thread, and signals (Ctrl-C, SIGTERM) reach only the main thread, which waits in ``join``
+    and is never guarded, so what the thread raises is the environment's own doing."""
     box: dict[str, Any] = {}
 
     def run() -> None:
         try:
             box["result"] = fn(arg)
-        except Exception as err:  # environment code is untrusted: never end the run
+        except BaseException as err:  # environment code is untrusted: never end the run
             box["error"] = err
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        return None, f"timed out after {timeout}s"
+        return None, ("timeout", f"timed out after {timeout}s")
     if "error" in box:
-        return None, f"failed ({type(box['error']).__name__})"
+        err = box["error"]
+        kind = "exception" if isinstance(err, Exception) else "base_exception"
+        return None, (kind, f"failed ({type(err).__name__})")
     return box.get("result"), None
 
 
