@@ -13,8 +13,8 @@ background thread while the update on an earlier batch runs.
    updates on it with the decoupled PPO objective of AReaL (Fu et al. 2025, arXiv 2505.24298,
    eq. 5): the ratio is clipped against the proximal policy (the weights before this update,
    the trainer's old log-probs) and each token's loss is weighted by the truncated ratio
-   ``min(pi_prox / mu, cap)`` of the proximal policy to the engine's ``mu`` (the mismatch
-   correction, ``tis``; ``mask`` drops the tokens outside the band instead).
+   ``pi_prox / mu`` of the proximal policy to the engine's ``mu`` (the mismatch correction,
+   ``tis``; ``mask`` keeps the ratio inside the band and drops the tokens outside it instead).
 3. The step waits for the worker, scores the generation in the main thread (rewards and
    reward-term callbacks never run beside the update), queues it with its weight version, and
    has the engine serve the new weights.
