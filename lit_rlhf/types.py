@@ -104,7 +104,9 @@ class Experience:
     ``loss_mask`` leaves whole responses out of the loss (DAPO's overlong filter) while their
     tokens stay in the forward pass and their scores in the group baselines; ``counted`` is
     the mask every loss and token count reads (in multi-turn rollouts it also leaves out the
-    environment's tokens: ``Rollout.agent_mask``).
+    environment's tokens: ``Rollout.agent_mask``). ``kept`` leaves whole samples out of the update
+    and out of the advantages' statistics too: those whose reward failed
+    (:mod:`lit_rlhf.training.reward_mask`).
     """
 
     rollout: Rollout
@@ -114,6 +116,9 @@ class Experience:
     critic: CriticTargets | None = None  # GAE only
     old_from_update: bool = False
     loss_mask: Tensor | None = None  # [B] bool, False = the response is left out of the loss
+    # [B] bool, False = the sample's reward failed (or its group was left with one sample): out
+    # of the advantages and the loss; None: every sample is kept
+    kept: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rollout)
@@ -124,4 +129,6 @@ class Experience:
         mask = self.rollout.response_mask
         if self.rollout.agent_mask is not None:  # environment tokens carry no loss
             mask = mask & self.rollout.agent_mask
+        if self.kept is not None:
+            mask = mask & self.kept[:, None]
         return mask if self.loss_mask is None else mask & self.loss_mask[:, None]

@@ -37,13 +37,26 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from lit_rlhf.errors import SettingError
 from lit_rlhf.types import RewardOutput
 
 Convention = Literal["rows", "keywords", "pair"]
 
 
-class RewardReturnError(ValueError):
+class RewardReturnError(SettingError, ValueError):
     """A reward returned something that is not one score per completion."""
+
+    setting = "model.init_args.reward"
+    fix = (
+        "make the reward return one number per completion (None for no score): a list, a 1-D "
+        "tensor or array, or a RewardOutput"
+    )
+
+
+class RewardSignatureError(SettingError, TypeError):
+    """A reward whose parameters fit no calling convention."""
+
+    setting = "model.init_args.reward"
 
 
 class CallableReward:
@@ -125,10 +138,10 @@ def calling_convention(fn: Callable[..., Any]) -> tuple[Convention, frozenset[st
         return "rows", None
     if len(positional) == 2:
         return "pair", None
-    raise TypeError(
+    raise RewardSignatureError(
         f"reward {reward_name(fn)!r} takes {[p.name for p in params]}; a reward takes "
         "(prompts, completions, rows), (prompts, completions, **kwargs) or "
-        "(prompts, completions)"
+        "(prompts, completions). Fix: give it one of those parameter lists"
     )
 
 

@@ -13,7 +13,7 @@ from lit_rlhf.rewards.base import RewardFunction, component_states, load_compone
 from lit_rlhf.types import RewardOutput
 
 # rollout statistics and collector info already use these names under ``reward/``
-RESERVED_NAMES = frozenset({"mean", "std", "unscored", "reward_error"})
+RESERVED_NAMES = frozenset({"mean", "std", "unscored", "reward_error", "reward_masked"})
 
 
 class WeightedRewards:
@@ -26,7 +26,7 @@ class WeightedRewards:
         names: one logging name per reward; default a function's name or the snake_case class
             name without a trailing "Reward" (``CountdownReward`` -> ``countdown``). Repeated
             names, and names the rollout statistics use (``mean``, ``std``, ``unscored``,
-            ``reward_error``), get ``_1``, ``_2``, ...
+            ``reward_error``, ``reward_masked``), get ``_1``, ``_2``, ...
 
     A component's None/NaN score for a sample is skipped in that sample's sum (TRL's nansum); a
     sample no component scored gets NaN, which the rollout collector turns into the module's

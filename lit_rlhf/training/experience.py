@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from lit_rlhf.algos import (
 )
 from lit_rlhf.settings import AdvantageSettings
 from lit_rlhf.training.packing import rollout_critic_values, rollout_forward
+from lit_rlhf.training.reward_mask import kept_advantages, kept_samples, masked_reward_stats
 from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import CriticTargets, Experience, Rollout
 
@@ -75,8 +77,10 @@ def build_experience(
             "none. Fix: call generate(..., log_probs=True) or set recompute_old_log_probs."
         )
     kl_reward = kl_coef if settings.kl_in_reward else 0.0
-    advantages, returns = compute_advantages(
-        rollout, settings, old_log_probs=old, ref_log_probs=ref, values=values, kl_coef=kl_reward
+    kept = kept_samples(rollout, settings.advantage.estimator)  # failed rewards leave the update
+    compute = partial(compute_advantages, settings=settings, kl_coef=kl_reward)
+    advantages, returns = kept_advantages(
+        kept, compute, rollout, old_log_probs=old, ref_log_probs=ref, values=values
     )
     return Experience(
         rollout=rollout,
@@ -87,6 +91,7 @@ def build_experience(
         ref_log_probs=ref,
         critic=None if values is None or returns is None else CriticTargets(values, returns),
         old_from_update=old is None,
+        kept=kept,
     )
 
 
@@ -169,12 +174,17 @@ def _group_advantages(
 
 def experience_stats(experience: Experience) -> dict[str, Tensor]:
     """The per-sequence KL of the rollout policy to the reference (``rollout/kl``, k1, when there
-    is a reference) and the critic's explained variance (``ppo/explained_variance``, GAE)."""
-    stats: dict[str, Tensor] = {}
+    is a reference) and the critic's explained variance (``ppo/explained_variance``, GAE), over
+    the kept samples (:mod:`~lit_rlhf.training.reward_mask`, whose counts are added)."""
+    stats: dict[str, Tensor] = masked_reward_stats(experience)
     mask = _agent_tokens(experience.rollout)
-    if experience.ref_log_probs is not None:
+    kept = experience.kept  # the samples trained on (the others may hold no old log-probs)
+    if kept is not None:
+        mask = mask & kept[:, None]
+    if experience.ref_log_probs is not None and (kept is None or bool(kept.any())):
         kl = kl_penalty(experience.old_log_probs, experience.ref_log_probs, estimator="k1")
-        stats["rollout/kl"] = (kl * mask).sum(1).mean()
+        per_sequence = (kl * mask).sum(1)
+        stats["rollout/kl"] = (per_sequence if kept is None else per_sequence[kept]).mean()
     if experience.critic is not None:
         targets = experience.critic
         stats["ppo/explained_variance"] = explained_variance(targets.values, targets.returns, mask)

@@ -30,6 +30,7 @@ from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.overlap import OverlappedRollouts, unused_queue_warning
 from lit_rlhf.training.ppo_update import PPOUpdate
 from lit_rlhf.training.protocols import policy_loss_terms
+from lit_rlhf.training.reward_mask import nothing_to_update
 from lit_rlhf.training.rollouts import RolloutCollector, rollout_stats
 from lit_rlhf.training.settings import PPOSettings
 from lit_rlhf.types import Experience, Rollout
@@ -257,7 +258,10 @@ class PolicyStep:
 
     def optimize(self, module: Any, experience: Experience) -> dict[str, Tensor]:
         """``ppo_epochs`` passes of clipped updates over mini-batches of the experience; the
-        engine serves the new weights after every optimizer step."""
+        engine serves the new weights after every optimizer step. No step at all when no sample
+        is left (:func:`~lit_rlhf.training.reward_mask.nothing_to_update`)."""
+        if (skipped := nothing_to_update(experience, module.rollout_step)) is not None:
+            return skipped
         engine = self.collector.engine
         update = PPOUpdate(
             module.policy,
@@ -285,7 +289,7 @@ class PolicyStep:
     ) -> dict[str, Any]:
         """Log the rollout's and the update's statistics through ``module.log``; returns what
         callbacks read (``reward``, and ``kl`` with ``num_sequences`` for the adaptive KL)."""
-        n = len(experience)
+        n, kept = len(experience), experience.kept  # the KL is measured on the kept samples
         stats = {**rollout_stats(experience.rollout), **experience_stats(experience)}
         if self.sampler is not None:
             stats.update(self.sampler.last_stats)
@@ -307,7 +311,7 @@ class PolicyStep:
         return {
             "reward": stats["reward/mean"].detach(),
             "kl": stats.get("rollout/kl", torch.tensor(0.0)),
-            "num_sequences": torch.tensor(n),
+            "num_sequences": torch.tensor(n if kept is None else int(kept.sum())),
         }
 
     def save(self, module: Any, checkpoint: dict[str, Any]) -> None:

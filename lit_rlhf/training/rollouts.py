@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from lit_rlhf.rewards.adapt import as_reward
 from lit_rlhf.rewards.base import RewardFunction
-from lit_rlhf.rewards.guarded import REWARD_ERROR_KEY
+from lit_rlhf.rewards.guarded import REWARD_ERROR_KEY, failed_samples
 from lit_rlhf.rollout.base import GenerationEngine
 from lit_rlhf.training.multiturn import MultiTurnRollout
 from lit_rlhf.training.protocols import RewardContext, reward_terms
@@ -229,17 +229,18 @@ def _expanded(batch: dict[str, Any], g: int) -> tuple[Tensor, Tensor, list[int]]
 
 
 def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
-    """Scalar statistics of a scored rollout: the reward (mean, std, each part of the reward's
-    info averaged over the samples where it is defined, i.e. not NaN, the reward terms'
+    """Scalar statistics of a scored rollout: the reward (mean and std over the samples whose
+    reward did not fail with ``GuardedReward(on_error='mask')``, each part of the reward's info
+    averaged over the samples where it is defined, i.e. not NaN, the reward terms'
     diagnostics), the response lengths (the truncated share needs the engine's cap and is
     logged by :class:`~lit_rlhf.training.PolicyStep`) and, with a ``GuardedReward`` anywhere in
-    the reward,
-    ``fault/reward_errors``: the samples that got its fallback score (summed over every guarded
-    part)."""
-    scores, mask = rollout.scores, rollout.response_mask
+    the reward, ``fault/reward_errors``: the samples its reward failed on (summed over every
+    guarded part)."""
+    mask = rollout.response_mask
+    scores = rollout.scores[~failed_samples(rollout.reward_info, len(rollout)).to(mask.device)]
     stats = {
-        "reward/mean": scores.mean(),
-        "reward/std": scores.std() if len(rollout) > 1 else scores.new_zeros(()),
+        "reward/mean": scores.mean() if len(scores) else scores.new_tensor(float("nan")),
+        "reward/std": scores.std() if len(scores) > 1 else scores.new_zeros(()),
         "rollout/response_length": mask.sum(1).float().mean(),
     }
     for key, value in rollout.reward_info.items():  # NaN: not defined for that sample

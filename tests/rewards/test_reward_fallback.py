@@ -1,6 +1,9 @@
-"""``GuardedReward``: a reward that raises, hangs or returns a non-finite score on one sample gives
-that sample the fallback score, is counted (``reward_error`` info, ``fault/reward_errors``) and
-the batch goes on; a batch where every sample fails and wrong settings are refused."""
+"""``GuardedReward``: a reward that raises, hangs or returns a non-finite score on one sample marks
+that sample (``reward_error`` info, ``fault/reward_errors``; with ``on_error='mask'``, the
+default, ``reward_masked`` too, which takes it out of the update: tests/training/
+test_reward_mask.py) and gives it the fallback score, and the batch goes on; a batch where every
+sample fails is an error at once (``fallback``) or after ``max_failed_batches`` in a row
+(``mask``); wrong settings are refused."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import torch
 from jsonargparse import ArgumentParser
 
 from lit_rlhf.rewards import GuardedReward, RewardByTask, RewardFunction
-from lit_rlhf.rewards.guarded import REWARD_ERROR_KEY
+from lit_rlhf.rewards.guarded import REWARD_ERROR_KEY, REWARD_MASKED_KEY, FailedBatchError
 from lit_rlhf.training import rollout_stats
 from lit_rlhf.types import RewardOutput, Rollout
 
@@ -51,7 +54,17 @@ def test_a_sample_that_raises_gets_the_fallback_and_is_counted() -> None:
     assert out.scores.tolist() == [2.0, -1.0, 4.0]
     assert out.info[REWARD_ERROR_KEY].tolist() == [0.0, 1.0, 0.0]
     assert out.info["length"].tolist()[::2] == [2.0, 4.0] and math.isnan(out.info["length"][1])
+    assert out.info[REWARD_MASKED_KEY].tolist() == [0.0, 1.0, 0.0]  # on_error="mask"
     assert inner.calls == 4  # the batch, then each sample alone
+
+
+def test_fallback_mode_marks_no_sample_for_masking() -> None:
+    guarded = GuardedReward(LengthReward(), fallback=-1.0, on_error="fallback", timeout_s=None)
+    with pytest.warns(RuntimeWarning, match=r"failed \(KeyError: 'boom'\); scored -1.0"):
+        out = score(guarded, ["ab", "boom"])
+    assert out.scores.tolist() == [2.0, -1.0] and out.info[REWARD_ERROR_KEY].tolist() == [0, 1]
+    assert REWARD_MASKED_KEY not in out.info
+    assert REWARD_MASKED_KEY not in score(guarded, ["ab", "c"]).info  # nor on a healthy batch
 
 
 def test_a_sample_past_the_time_limit_gets_the_fallback_within_the_limit() -> None:
@@ -103,10 +116,24 @@ def test_only_the_first_three_errors_are_warned_about() -> None:
     assert guarded.errors == 3
 
 
-def test_a_batch_where_every_sample_fails_is_an_error() -> None:
+def test_with_fallback_a_batch_where_every_sample_fails_is_an_error() -> None:
+    guarded = GuardedReward(LengthReward(), timeout_s=None, on_error="fallback")
     with pytest.raises(RuntimeError, match="failed on all 2 samples") as error:
-        score(GuardedReward(LengthReward(), timeout_s=None), ["boom", "boom"])
+        score(guarded, ["boom", "boom"])
+    assert isinstance(error.value, FailedBatchError)
     assert isinstance(error.value.__cause__, KeyError)
+
+
+def test_with_mask_only_max_failed_batches_in_a_row_are_an_error() -> None:
+    guarded = GuardedReward(LengthReward(), timeout_s=None, max_failed_batches=2)
+    with pytest.warns(RuntimeWarning, match=r"failed on all 2 samples .* makes no update \(1 "):
+        out = score(guarded, ["boom", "boom"])
+    assert out.info[REWARD_MASKED_KEY].tolist() == [1.0, 1.0]
+    score(guarded, ["a", "bc"])  # a healthy batch in between starts the count again
+    with pytest.warns(RuntimeWarning, match="makes no update"):
+        score(guarded, ["boom", "boom"])
+    with pytest.raises(FailedBatchError, match="failed on all 2 samples of the batch and 2 in"):
+        score(guarded, ["boom", "boom"])
 
 
 def test_too_many_stalled_calls_are_an_error() -> None:
@@ -122,6 +149,8 @@ def test_too_many_stalled_calls_are_an_error() -> None:
         ({"timeout_s": 0.0}, "timeout_s must be > 0"),
         ({"fallback": math.nan}, "fallback must be a finite"),
         ({"max_stalled_calls": -1}, "max_stalled_calls must be >= 0"),
+        ({"on_error": "drop"}, "on_error must be 'mask' or 'fallback'"),
+        ({"max_failed_batches": 0}, "max_failed_batches must be >= 1"),
     ],
 )
 def test_wrong_settings_are_refused_at_construction(kwargs: dict[str, Any], match: str) -> None:
@@ -153,8 +182,9 @@ def test_the_wrapper_is_built_from_yaml() -> None:
     config = parser.parse_object({"reward": {
         "class_path": "lit_rlhf.rewards.GuardedReward",
         "init_args": {"reward": {"class_path": "lit_rlhf.rewards.DigitFractionReward"},
-                      "fallback": -0.5, "timeout_s": 2.0},
+                      "fallback": -0.5, "timeout_s": 2.0, "on_error": "fallback"},
     }})  # fmt: skip
     reward = parser.instantiate_classes(config).reward
     assert isinstance(reward, GuardedReward) and reward.fallback == -0.5
+    assert reward.on_error == "fallback"
     assert reward.timeout_s == 2.0 and type(reward.reward).__name__ == "DigitFractionReward"
