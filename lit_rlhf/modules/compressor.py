@@ -34,7 +34,7 @@ from lit_rlhf.models.compressor import (
     target_loss,
     teacher_forced_logits,
 )
-from lit_rlhf.models.loading import load_causal_lm, load_tokenizer
+from lit_rlhf.models.loading import load_causal_lm
 from lit_rlhf.models.lora import lora_wrap
 from lit_rlhf.models.partitioned import gathered
 from lit_rlhf.modules.compressor_setup import (
@@ -48,7 +48,7 @@ from lit_rlhf.settings import (
     OptimSettings,
     PrecisionSettings,
     refuse_flat_arguments,
-    store_groups,
+    take_groups,
 )
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import (
@@ -56,6 +56,7 @@ from lit_rlhf.training import (
     FrozenModules,
     GlobalRNGState,
     OptimizerStep,
+    begin_configure_model,
     freeze,
 )
 from lit_rlhf.training.precision import check_trainable_precision
@@ -114,12 +115,9 @@ class CompressorDecoderModule(LightningModule):
         decoder_dtype: Dtype = "float32",
     ) -> None:
         super().__init__()
-        self.lora = LoRASettings.coerce(lora)  # an instance, or a dict (hparams)
-        self.optim = OptimSettings.coerce(optim, _OPTIM)
-        self.precision = PrecisionSettings.coerce(precision)
         self.save_hyperparameters(ignore=["tokenizer"])
-        groups = {"lora": self.lora, "optim": self.optim, "precision": self.precision}
-        store_groups(self, groups)
+        g = take_groups(self)  # each an instance or a dict (hparams), validated
+        self.lora, self.optim, self.precision = g["lora"], g["optim"], g["precision"]
         check_compressor_settings(self.hparams, self.lora, self.precision)
         self.k = num_memory_tokens or memory_tokens(compression_rate, context_tokens)  # type: ignore[arg-type]
         self.automatic_optimization = False
@@ -141,12 +139,11 @@ class CompressorDecoderModule(LightningModule):
         check_data_context(self.hp.context_tokens, self.k, self.hp.compression_rate, sources)
 
     def configure_model(self) -> None:
-        strategy = self._trainer.strategy if self._trainer is not None else None
-        self.step_optimizer.configure(strategy)
-        if self.compressor is not None:
+        strategy, to_build = begin_configure_model(
+            self, self.compressor is not None, self.hp.decoder
+        )
+        if not to_build:
             return
-        if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(self.hp.decoder)
         with transformers_zero3_context(strategy):
             decoder = freeze(load_causal_lm(self.hp.decoder, dtype=self.hp.decoder_dtype))
             dtype = self.precision.dtype

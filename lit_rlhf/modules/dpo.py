@@ -37,7 +37,6 @@ from lit_rlhf.data.sft import LongPromptError, SFTEncoder, collate_sft
 from lit_rlhf.models import load_causal_lm
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.likelihood import response_log_probs
-from lit_rlhf.models.loading import load_tokenizer
 from lit_rlhf.models.lora import is_lora, merged_copy
 from lit_rlhf.settings import (
     LoRASettings,
@@ -45,7 +44,7 @@ from lit_rlhf.settings import (
     PrecisionSettings,
     PreferenceLossSettings,
     refuse_flat_arguments,
-    store_groups,
+    take_groups,
 )
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import (
@@ -53,6 +52,7 @@ from lit_rlhf.training import (
     FrozenModules,
     GlobalRNGState,
     OptimizerStep,
+    begin_configure_model,
     build_policy_networks,
     check_trainable_precision,
     export_pretrained,
@@ -147,13 +147,10 @@ class DPOModule(LightningModule):
         export_dir: str | None = None,
     ) -> None:
         super().__init__()
-        self.loss = PreferenceLossSettings.coerce(loss)  # an instance, or a dict (hparams)
-        self.optim = OptimSettings.coerce(optim, _OPTIM)
-        self.precision = PrecisionSettings.coerce(precision)
-        self.lora = LoRASettings.coerce(lora)
         self.save_hyperparameters(ignore=["tokenizer"])
-        groups = {"loss": self.loss, "optim": self.optim, "precision": self.precision}
-        store_groups(self, {**groups, "lora": self.lora})
+        g = take_groups(self)  # each an instance or a dict (hparams), validated
+        self.loss, self.optim = g["loss"], g["optim"]
+        self.precision, self.lora = g["precision"], g["lora"]
         check_dpo_settings(self, reference_model, max_length)
         self.automatic_optimization = False
         self.step_optimizer = OptimizerStep.from_settings(self.optim)
@@ -184,12 +181,9 @@ class DPOModule(LightningModule):
             )
 
     def configure_model(self) -> None:
-        strategy = self._trainer.strategy if self._trainer is not None else None
-        self.step_optimizer.configure(strategy)
-        if self.model is not None:
+        strategy, to_build = begin_configure_model(self, self.model is not None, self.hp.model)
+        if not to_build:
             return
-        if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(self.hp.model)
         self.encoder = SFTEncoder(
             self.tokenizer, max_length=self.hp.max_length, chat_template=self.hp.chat_template
         )

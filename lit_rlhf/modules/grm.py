@@ -46,10 +46,9 @@ from lit_rlhf.settings import (
     PolicyLossSettings,
     PrecisionSettings,
     RolloutSettings,
-    SettingsGroup,
     UpdateSettings,
     refuse_flat_arguments,
-    store_groups,
+    take_groups,
 )
 from lit_rlhf.training import (
     EpochEndLoaderReset,
@@ -117,35 +116,16 @@ class GenerativeRewardModule(LightningModule):
         judge: JudgeSettings = JudgeSettings(),
     ) -> None:
         super().__init__()
-        self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
-        self.precision = PrecisionSettings.coerce(precision)
-        self.lora = LoRASettings.coerce(lora)
-        self.judge_settings = JudgeSettings.coerce(judge)
-        self.settings = PPOSettings(  # validates the combinations
-            update=UpdateSettings.coerce(update),
-            rollout=RolloutSettings.coerce(rollout, _ROLLOUT),
-            advantage=AdvantageSettings.coerce(advantage),
-            loss=PolicyLossSettings.coerce(loss),
-            mismatch=MismatchSettings.coerce(mismatch),
-            kl=KLSettings.coerce(kl),
-            optim=self.optim,
-        )
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer"])
-        store_groups(self, self.groups())
+        g = take_groups(self)  # each an instance or a dict (hparams), validated
+        self.optim, self.precision, self.lora = g["optim"], g["precision"], g["lora"]
+        self.judge_settings = g["judge"]
+        self.settings = PPOSettings.of(g)  # validates the combinations
         self.kl_coef = float(self.settings.kl.coef)  # a plain attribute: AdaptiveKL rewrites it
         _check_settings(self)
         self._init_core(reward, engine)
         self.tokenizer = tokenizer
         self._init_state()
-
-    def groups(self) -> dict[str, SettingsGroup]:
-        """The settings groups by argument name (what ``hparams`` hold as dicts)."""
-        s = self.settings
-        return {
-            "optim": self.optim, "precision": self.precision, "lora": self.lora,
-            "update": s.update, "rollout": s.rollout, "advantage": s.advantage, "loss": s.loss,
-            "mismatch": s.mismatch, "kl": s.kl, "judge": self.judge_settings,
-        }  # fmt: skip
 
     def _init_core(self, reward: RewardFunction | None, engine: GenerationEngine | None) -> None:
         """The judge's format and inference, and the shared core's rollout and GRPO update."""

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from lit_rlhf.envs import Environment, EnvironmentLike
+from lit_rlhf.errors import SettingError
 from lit_rlhf.metrics import GroupedMean
 from lit_rlhf.modules.ppo_setup import (
     build_networks,
@@ -27,6 +28,7 @@ from lit_rlhf.modules.ppo_setup import (
 )
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.combine import combined_reward
+from lit_rlhf.rewards.guarded import failed_samples
 from lit_rlhf.rollout.base import GenerationEngine, GenerationEngineLike
 from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.settings import (
@@ -41,10 +43,9 @@ from lit_rlhf.settings import (
     PolicyLossSettings,
     PrecisionSettings,
     RolloutSettings,
-    SettingsGroup,
     UpdateSettings,
     refuse_flat_arguments,
-    store_groups,
+    take_groups,
 )
 from lit_rlhf.training import (
     EpochEndLoaderReset,
@@ -133,38 +134,16 @@ class PPOModule(LightningModule):
         eval: EvalSettings = EvalSettings(),
     ) -> None:
         super().__init__()
-        self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
-        self.precision = PrecisionSettings.coerce(precision)
-        self.lora = LoRASettings.coerce(lora)
-        self.env = EnvironmentSettings.coerce(env)
-        self.eval_settings = EvalSettings.coerce(eval)
-        self.settings = PPOSettings(  # validates the combinations
-            update=UpdateSettings.coerce(update),
-            rollout=RolloutSettings.coerce(rollout),
-            advantage=AdvantageSettings.coerce(advantage),
-            loss=PolicyLossSettings.coerce(loss),
-            mismatch=MismatchSettings.coerce(mismatch),
-            kl=KLSettings.coerce(kl),
-            critic=CriticSettings.coerce(critic),
-            optim=self.optim,
-        )
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer", "environment"])
-        store_groups(self, self.groups())
+        g = take_groups(self)  # each an instance or a dict (hparams), validated
+        self.optim, self.precision, self.lora = g["optim"], g["precision"], g["lora"]
+        self.env, self.eval_settings = g["env"], g["eval"]
+        self.settings = PPOSettings.of(g)  # validates the combinations
         self.kl_coef = float(self.settings.kl.coef)  # a plain attribute: AdaptiveKL rewrites it
         check_unread(self, environment)
         self._init_core(combined_reward(reward, reward_weights), engine, environment)
         self.tokenizer = tokenizer
         self._init_state()
-
-    def groups(self) -> dict[str, SettingsGroup]:
-        """The settings groups by argument name (what ``hparams`` hold as dicts)."""
-        s = self.settings
-        return {
-            "optim": self.optim, "precision": self.precision, "lora": self.lora,
-            "update": s.update, "rollout": s.rollout, "advantage": s.advantage, "loss": s.loss,
-            "mismatch": s.mismatch, "kl": s.kl, "critic": s.critic, "env": self.env,
-            "eval": self.eval_settings,
-        }  # fmt: skip
 
     def _init_core(
         self,
@@ -186,6 +165,7 @@ class PPOModule(LightningModule):
     def _init_state(self) -> None:
         """Networks (built in ``configure_model``), counters and evaluation metrics."""
         self.rollout_step = 0
+        self._pass_metric_checked = False  # eval.pass_metric on the first training rollout
         self.policy: Any = None
         self.critic: Any = None
         self.ref_policy: Any = None
@@ -243,6 +223,7 @@ class PPOModule(LightningModule):
 
     def update(self, rollout: Rollout, prompts: int) -> dict[str, Tensor] | None:
         """Update on a scored rollout of ``prompts`` prompts (or buffer it: dynamic sampling)."""
+        self._check_pass_metric(rollout)
         filled = self.rl.filled(self, rollout, prompts)  # dynamic sampling
         if filled is None:
             return None  # not enough groups whose rewards differ yet: draw the next batch
@@ -315,16 +296,26 @@ class PPOModule(LightningModule):
             self.log_dict({f"{stage}/reward/{task}": value for task, value in per_task.items()})
         self.task_reward[stage].reset()
 
+    def _check_pass_metric(self, rollout: Rollout) -> None:
+        """``eval.pass_metric`` against the first training rollout with a scored sample, not
+        only at the first validation (possibly hours later)."""
+        failed = failed_samples(rollout.reward_info, len(rollout))
+        if self._pass_metric_checked or bool(failed.all()):
+            return
+        self._passed(rollout)
+        self._pass_metric_checked = True
+
     def _passed(self, rollout: Rollout) -> Tensor:
         """[B] 1.0 where ``eval.pass_metric`` (or the score) reaches ``eval.pass_threshold``."""
         key, threshold = self.eval_settings.pass_metric, self.eval_settings.pass_threshold
         if key is None:
             return (rollout.scores >= threshold).float()
         if key not in rollout.reward_info:
-            raise KeyError(
+            raise SettingError(
                 f"eval.pass_metric={key!r} is not in the reward's info (it has "
                 f"{sorted(rollout.reward_info)}). Fix: set model.init_args.eval.pass_metric to "
-                "one of those, or to null to compare the score itself with eval.pass_threshold."
+                "one of those, or to null to compare the score itself with eval.pass_threshold",
+                setting="model.init_args.eval.pass_metric",
             )
         return (rollout.reward_info[key].float() >= threshold).float()
 

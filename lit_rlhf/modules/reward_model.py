@@ -18,20 +18,21 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from lightning import Callback, LightningModule
+from lightning import LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAccuracy
 
 from lit_rlhf.data import pair_labels
-from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
-from lit_rlhf.models.loading import load_reward_model, load_tokenizer
+from lit_rlhf.models.loading import load_reward_model
 from lit_rlhf.models.scoring import conversation_text, score_texts
-from lit_rlhf.settings import OptimSettings, PrecisionSettings, refuse_flat_arguments, store_groups
+from lit_rlhf.settings import OptimSettings, PrecisionSettings, refuse_flat_arguments, take_groups
 from lit_rlhf.strategies import transformers_zero3_context
-from lit_rlhf.training import EpochEndLoaderReset, GlobalRNGState, OptimizerStep
-from lit_rlhf.training.export import export_pretrained
-from lit_rlhf.training.precision import check_trainable_precision
+from lit_rlhf.training import (
+    OptimizerStep,
+    begin_configure_model,
+)
+from lit_rlhf.training.model_hooks import ExportedModelHooks
 
 
 def _check_settings(margin: float, max_length: int) -> None:
@@ -61,7 +62,7 @@ _OPTIM = OptimSettings(lr=1e-5, micro_batch_size=8)  # RewardModelModule's defau
 
 
 @refuse_flat_arguments
-class RewardModelModule(LightningModule):
+class RewardModelModule(ExportedModelHooks, LightningModule):
     """Args:
     model: the base: hub id, local folder, or ``builtin:<name>`` (a causal LM gets a new score
         head; a saved reward model continues).
@@ -92,10 +93,9 @@ class RewardModelModule(LightningModule):
         export_dir: str | None = None,
     ) -> None:
         super().__init__()
-        self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
-        self.precision = PrecisionSettings.coerce(precision)
         self.save_hyperparameters(ignore=["tokenizer"])
-        store_groups(self, {"optim": self.optim, "precision": self.precision})
+        g = take_groups(self)  # each an instance or a dict (hparams), validated
+        self.optim, self.precision = g["optim"], g["precision"]
         self.precision.refuse_unread("RewardModelModule", reference=False, checkpointing=False)
         _check_settings(margin, max_length)
         self.automatic_optimization = False
@@ -105,21 +105,10 @@ class RewardModelModule(LightningModule):
         self.val_accuracy, self.val_loss = BinaryAccuracy(), MeanMetric()
         self.test_accuracy = BinaryAccuracy()
 
-    @property
-    def hp(self) -> Any:
-        return self.hparams
-
-    def setup(self, stage: str) -> None:
-        if stage == "fit":  # the strategy is known and no weights are loaded yet
-            check_trainable_precision(self.trainer, {"precision.dtype": self.precision.dtype})
-
     def configure_model(self) -> None:
-        strategy = self._trainer.strategy if self._trainer is not None else None
-        self.step_optimizer.configure(strategy)
-        if self.model is not None:
+        strategy, to_build = begin_configure_model(self, self.model is not None, self.hp.model)
+        if not to_build:
             return
-        if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(self.hp.model)
         with transformers_zero3_context(strategy):  # ZeRO-3: load into the partitions
             self.model = load_reward_model(
                 self.hp.model, pad_token_id=self.tokenizer.pad_token_id, dtype=self.precision.dtype
@@ -198,18 +187,3 @@ class RewardModelModule(LightningModule):
         right = (r_chosen > r_rejected).long()
         self.test_accuracy.update(right, torch.ones_like(right))
         self.log("test/accuracy", self.test_accuracy, batch_size=len(r_chosen))
-
-    # ------------------------------------------------------------- checkpoint
-    def configure_callbacks(self) -> list[Callback]:
-        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
-        return [GlobalRNGState(), EpochEndLoaderReset()]
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.step_optimizer.save_to(checkpoint)  # skip counts, lr schedule counters
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        check_checkpoint_weights(self, checkpoint, settings=("model",))  # another base model
-        self.step_optimizer.load_from(checkpoint)
-
-    def on_fit_end(self) -> None:
-        export_pretrained(self.trainer, self.model, self.tokenizer, self.hp.export_dir)

@@ -20,22 +20,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from lightning import Callback, LightningModule
+from lightning import LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
 
 from lit_rlhf.data.sft import IGNORE  # the label of an untrained token (torch's ignore_index)
-from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.likelihood import response_token_nll  # per-token NLL of the labelled tokens
-from lit_rlhf.models.loading import load_tokenizer
-from lit_rlhf.settings import OptimSettings, PrecisionSettings, refuse_flat_arguments, store_groups
+from lit_rlhf.settings import OptimSettings, PrecisionSettings, refuse_flat_arguments, take_groups
 from lit_rlhf.training import (
-    EpochEndLoaderReset,
-    GlobalRNGState,
+    ExportedModelHooks,
     OptimizerStep,
+    begin_configure_model,
     build_policy_networks,
-    check_trainable_precision,
-    export_pretrained,
 )
 
 
@@ -56,7 +52,7 @@ _OPTIM = OptimSettings(lr=1e-5, micro_batch_size=None)  # SFTModule's defaults f
 
 
 @refuse_flat_arguments
-class SFTModule(LightningModule):
+class SFTModule(ExportedModelHooks, LightningModule):
     """Args:
     model: the causal LM to fine-tune: hub id, local folder, or ``builtin:<name>``.
     tokenizer: a tokenizer object; the CLI links the DataModule's (it is also the one
@@ -80,10 +76,9 @@ class SFTModule(LightningModule):
         export_dir: str | None = None,
     ) -> None:
         super().__init__()
-        self.optim = OptimSettings.coerce(optim, _OPTIM)  # an instance, or a dict (hparams)
-        self.precision = PrecisionSettings.coerce(precision)
         self.save_hyperparameters(ignore=["tokenizer"])
-        store_groups(self, {"optim": self.optim, "precision": self.precision})
+        g = take_groups(self)  # each an instance or a dict (hparams), validated
+        self.optim, self.precision = g["optim"], g["precision"]
         self.precision.refuse_unread("SFTModule", reference=False, checkpointing=True)
         self.automatic_optimization = False
         self.step_optimizer = OptimizerStep.from_settings(self.optim)
@@ -91,21 +86,10 @@ class SFTModule(LightningModule):
         self.model: Any = None
         self.val_loss, self.val_accuracy = MeanMetric(), MeanMetric()
 
-    @property
-    def hp(self) -> Any:
-        return self.hparams
-
-    def setup(self, stage: str) -> None:
-        if stage == "fit":  # the strategy is known and no weights are loaded yet
-            check_trainable_precision(self.trainer, {"precision.dtype": self.precision.dtype})
-
     def configure_model(self) -> None:
-        strategy = self._trainer.strategy if self._trainer is not None else None
-        self.step_optimizer.configure(strategy)
-        if self.model is not None:
+        strategy, to_build = begin_configure_model(self, self.model is not None, self.hp.model)
+        if not to_build:
             return
-        if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(self.hp.model)
         self.model = build_policy_networks(  # ZeRO-3: loaded into the partitions
             self.hp.model,
             strategy=strategy,
@@ -152,18 +136,3 @@ class SFTModule(LightningModule):
         size = batch["input_ids"].shape[0]
         self.log("val/loss", self.val_loss, batch_size=size)
         self.log("val/token_accuracy", self.val_accuracy, batch_size=size)
-
-    # ------------------------------------------------------------- checkpoint
-    def configure_callbacks(self) -> list[Callback]:
-        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
-        return [GlobalRNGState(), EpochEndLoaderReset()]
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.step_optimizer.save_to(checkpoint)  # skip counts, lr schedule counters
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        check_checkpoint_weights(self, checkpoint, settings=("model",))  # another base model
-        self.step_optimizer.load_from(checkpoint)
-
-    def on_fit_end(self) -> None:
-        export_pretrained(self.trainer, self.model, self.tokenizer, self.hp.export_dir)

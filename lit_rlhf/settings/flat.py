@@ -62,6 +62,22 @@ def group_class_name(cls: type, arg: str) -> str:
     return group_params(cls)[arg].__name__
 
 
+def take_groups(module: Any) -> dict[str, Any]:
+    """The module's settings groups by argument name, read from ``module.hparams`` after
+    ``save_hyperparameters``: each an instance or a dict (merged onto the argument's default in
+    ``__init__``'s signature), validated; hparams then hold each group as a plain dict."""
+    defaults = {
+        name: param.default
+        for name, param in inspect.signature(type(module)).parameters.items()
+        if isinstance(param.default, SettingsGroup)
+    }
+    groups = {
+        name: type(base).coerce(module.hparams.get(name), base) for name, base in defaults.items()
+    }
+    store_groups(module, groups)
+    return groups
+
+
 def store_groups(module: Any, groups: Mapping[str, SettingsGroup]) -> None:
     """Write each group into ``module.hparams`` (and the copy loggers log, ``hparams_initial``)
     as a plain dict, however the module was built: from the CLI, hparams hold dicts already;

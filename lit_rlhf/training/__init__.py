@@ -38,7 +38,8 @@ from lit_rlhf.training.frozen import FrozenModules, freeze
 from lit_rlhf.training.gradients import Gradients
 from lit_rlhf.training.loader_position import EpochEndLoaderReset
 from lit_rlhf.training.lr_schedule import LRSchedule
-from lit_rlhf.training.networks import PolicyNetworks, build_policy_networks
+from lit_rlhf.training.model_hooks import ExportedModelHooks
+from lit_rlhf.training.networks import PolicyNetworks, begin_configure_model, build_policy_networks
 from lit_rlhf.training.optimization import OptimizerStep
 from lit_rlhf.training.policy_step import PolicyStep
 from lit_rlhf.training.ppo_update import MicroBatch, PPOUpdate
@@ -63,6 +64,7 @@ __all__ = [
     "AtomicCheckpointIO",
     "CheckpointOnInterrupt",
     "EpochEndLoaderReset",
+    "ExportedModelHooks",
     "FrozenModules",
     "GlobalRNGState",
     "GradientHook",
@@ -81,6 +83,7 @@ __all__ = [
     "RewardTerm",
     "RolloutCollector",
     "TaskGradientHook",
+    "begin_configure_model",
     "build_experience",
     "build_policy_networks",
     "check_trainable_precision",

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from lit_rlhf.models import CriticModel, ValueHead, load_causal_lm
+from lit_rlhf.models import CriticModel, ValueHead, load_causal_lm, load_tokenizer
 from lit_rlhf.models.lora import lora_wrap, quantization_config
 from lit_rlhf.settings import Dtype, LoRASettings, PrecisionSettings
 from lit_rlhf.strategies import transformers_zero3_context
@@ -68,3 +68,17 @@ def _load_policy(model: str, dtype: Dtype, lora: LoRASettings, gradient_checkpoi
         if lora.enabled:  # frozen embeddings: checkpointed blocks need inputs that want grads
             policy.enable_input_require_grads()
     return lora_wrap(policy, lora)
+
+
+def begin_configure_model(module: Any, built: bool, tokenizer_source: str) -> tuple[Any, bool]:
+    """The opening every one-optimizer module's ``configure_model`` shares: the strategy (None
+    outside a Trainer) is handed to ``module.step_optimizer``; then, unless the networks are
+    ``built`` already (a second call), the tokenizer is loaded from ``tokenizer_source`` when
+    none was given. Returns (strategy, whether the networks are still to be built)."""
+    strategy = module._trainer.strategy if module._trainer is not None else None
+    module.step_optimizer.configure(strategy)
+    if built:
+        return strategy, False
+    if module.tokenizer is None:
+        module.tokenizer = load_tokenizer(tokenizer_source)
+    return strategy, True

@@ -9,7 +9,9 @@ before any model loads, with a message that names the dotted keys and the fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from lit_rlhf.settings import (
     AdvantageSettings,
@@ -41,6 +43,13 @@ class PPOSettings:
 
     def __post_init__(self) -> None:
         self._check_combinations()
+
+    @classmethod
+    def of(cls, groups: Mapping[str, Any]) -> PPOSettings:
+        """The record from a module's groups by argument name (:func:`take_groups`); groups it
+        does not hold (``precision``, ``env``, ...) are left out, absent ones take defaults."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{name: group for name, group in groups.items() if name in names})
 
     def _check_combinations(self) -> None:
         correction = self.mismatch.correction

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 NAMES = {
-    "peer_trl": "lit-rlhf vs TRL's GRPOTrainer on one GRPO workload (.venv-bench; make benchmark)",
+    "peer_trl": "lit-rlhf vs TRL's GRPOTrainer on one GRPO workload (.venv-vllm; make benchmark)",
     "exploration": "cost of the entropy bonus, TRE-K and TRE-P (step time, entropy memory)",
     "mgs": "modular gradient surgery vs mixed RL (step, update phase, peak memory)",
     "grm": "where a ConsistRM judge-training step's time goes",

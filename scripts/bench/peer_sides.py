@@ -32,6 +32,10 @@ def prompt_stats(opts: Any, model: str) -> tuple[Any, float]:
     return load_causal_lm(model).config, sum(lengths) / len(lengths)
 
 
+def profiled(opts: Any) -> Any:  # peer_trl --profile's step hook, else None
+    return getattr(getattr(opts, "profiler", None), "step", None)
+
+
 def make_engine(kind: str, new_tokens: int) -> Any:
     from lit_rlhf.rollout import DecodeLoopEngine, HFGenerationEngine, VLLMGenerationEngine
 
@@ -56,7 +60,7 @@ def run_lit_rlhf(opts: Any, model: str, beta: float, steps: int, engine: str) ->
     gen.generate = timed = Timed(gen.generate)
     probes = {k: (lambda key: lambda t, _: t.callback_metrics.get(key, float("nan")))(k)
               for k in ("rollout/response_length", *OVERLAP_KEYS)}  # fmt: skip
-    timer = StepTimer({"gen": lambda: timed.seconds}, probes)
+    timer = StepTimer({"gen": lambda: timed.seconds}, probes, on_start=profiled(opts))
     L.seed_everything(0, verbose=False)
     data = PromptDataModule(tokenizer=model, train=prompt_source(opts),
                             batch_size=PROMPTS_PER_STEP, use_chat_template=False)  # fmt: skip
@@ -112,7 +116,7 @@ def run_trl(opts: Any, model: str, beta: float, steps: int) -> dict[str, Any]:
                               train_dataset=datasets.Dataset.from_dict({"prompt": questions}),
                               processing_class=load_tokenizer(model))  # fmt: skip
         trainer.model.generate = timed = Timed(trainer.model.generate)  # type: ignore[method-assign]
-        timer = StepTimer({"gen": lambda: timed.seconds})
+        timer = StepTimer({"gen": lambda: timed.seconds}, on_start=profiled(opts))
 
         class Hooks(TrainerCallback):  # type: ignore[misc]
             def on_step_begin(self, *args: Any, **kwargs: Any) -> None:

@@ -1,8 +1,8 @@
 """lit-rlhf against TRL's GRPOTrainer on the identical GRPO workload, each run a fresh process,
 frameworks alternating; step time, time in generation and the multiple of the compute limit.
 
-    make benchmark                      # builds .venv-bench (TRL + vLLM + lit-rlhf), runs all
-    .venv-bench/bin/python -m scripts.bench peer_trl --sizes tiny --betas 0 --steps 3 --warmup 1
+    make benchmark                      # builds .venv-vllm (TRL + vLLM + lit-rlhf), runs all
+    .venv-vllm/bin/python -m scripts.bench peer_trl --sizes tiny --betas 0 --steps 3 --warmup 1
 
 ``--engines vllm decode hf`` adds lit-rlhf's decode loop and transformers' ``generate``;
 ``--sweep`` times the (response length x group size) grid instead. Workload and figures:
@@ -17,12 +17,14 @@ from typing import Any
 
 import torch
 
+from scripts.bench.op_profile import OpProfile
 from scripts.bench.peer_sides import PROMPTS_PER_STEP, prompt_stats, run_lit_rlhf, run_trl
 from scripts.bench.runner import Report, int_args, order, peak_rss_mib, spawn
 
 SIZES = {"tiny": "builtin:small-llama", "mid": "builtin:mid-llama"}
 LABELS = {"vllm": "lit-rlhf, vLLM engine", "decode": "lit-rlhf, decode loop",
           "hf": "lit-rlhf, HF generate", "trl": "TRL GRPOTrainer"}  # fmt: skip
+PROFILES: dict[tuple[str, float, str], dict[str, Any]] = {}  # (size, beta, kind): op_profile's
 SMOKE = {"sizes": ["tiny"], "betas": [0.0], "steps": 1, "warmup": 1, "repeats": 1,
          "engines": ["decode"], "new_tokens": 8, "prompts": 16}  # fmt: skip
 
@@ -38,6 +40,12 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep-groups", nargs="+", type=int, default=[2, 4, 8, 16])
     parser.add_argument("--micro-batch-tokens", type=int, default=None,
                         help="lit-rlhf's update packed in micro-batches of N tokens")  # fmt: skip
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="torch.profiler over the timed steps of each framework's first run: "
+        "CPU seconds per step by operator kind, in and out of generation",
+    )
     parser.add_argument("--size", choices=list(SIZES), help=argparse.SUPPRESS)  # a child's
     parser.add_argument("--beta", type=float, help=argparse.SUPPRESS)
 
@@ -65,13 +73,14 @@ def step_flops(config: Any, prompt_len: float, response_len: float, beta: float,
 def child(opts: argparse.Namespace) -> dict[str, Any]:
     """One run of one framework in this fresh process."""
     total, model = opts.warmup + opts.steps, SIZES[opts.size]
+    opts.profiler = OpProfile(opts.warmup) if opts.profile else None
     if opts.child == "trl":
         result = run_trl(opts, model, opts.beta, total)
     else:
         result = run_lit_rlhf(opts, model, opts.beta, total, opts.child)
     cuda = torch.cuda.is_available()
     result["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20 if cuda else peak_rss_mib()
-    return result
+    return result | ({"profile": opts.profiler.summary()} if opts.profile else {})
 
 
 def run_child(opts: argparse.Namespace, kind: str, size: str, beta: float) -> dict[str, Any]:
@@ -79,9 +88,10 @@ def run_child(opts: argparse.Namespace, kind: str, size: str, beta: float) -> di
              "--threads": opts.threads, "--new-tokens": opts.new_tokens,
              "--samples": opts.samples, "--prompts": opts.prompts,
              "--max-staleness": opts.max_staleness, "--child": kind}  # fmt: skip
+    extra = ["--profile"] if opts.profile else []
     if opts.micro_batch_tokens is not None:
         flags["--micro-batch-tokens"] = opts.micro_batch_tokens
-    return spawn("peer_trl", [str(x) for pair in flags.items() for x in pair])
+    return spawn("peer_trl", [str(x) for pair in flags.items() for x in pair] + extra)
 
 
 def measure(opts: argparse.Namespace, size: str, beta: float) -> dict[str, dict[str, list[float]]]:
@@ -92,6 +102,8 @@ def measure(opts: argparse.Namespace, size: str, beta: float) -> dict[str, dict[
     for r in range(opts.repeats):
         for kind in order(kinds, r):
             result = run_child(opts, kind, size, beta)
+            if "profile" in result:
+                PROFILES.setdefault((size, beta, kind), result["profile"])
             for key, values in pooled[kind].items():
                 peak = key == "peak_mb"
                 got = [result.get(key, float("nan"))] if peak else result[key][opts.warmup :]
@@ -157,3 +169,19 @@ def run(opts: argparse.Namespace, report: Report) -> None:
     report.table(["size", "beta", "framework", "step", "in generation", "completions/s",
                   "mean length", "x compute limit", "vs TRL"], table)  # fmt: skip
     report.say("", "'vs TRL' = TRL's median step time / this row's (throughput ratio).")
+    if PROFILES:
+        profile_tables(report)
+
+
+def profile_tables(report: Report) -> None:
+    """``--profile``'s tables: CPU s per step by operator kind; the top operators outside
+    generation (the rollout's scoring and log-probs, the update)."""
+    cats, top = [], []
+    for (size, beta, kind), prof in PROFILES.items():
+        key = (size, f"{beta:g}", LABELS[kind])
+        cats += [(*key, c, f"{v['generation']:.3f}", f"{v['rest']:.3f}")
+                 for c, v in sorted(prof["categories"].items())]  # fmt: skip
+        top += [(*key, name, f"{seconds:.3f}") for name, seconds in prof["top_rest"]]
+        report.data[f"profile/{size}/beta={beta:g}/{kind}"] = prof
+    report.table(["size", "beta", "framework", "operators", "in generation", "outside"], cats)
+    report.table(["size", "beta", "framework", "top operator outside generation", "s/step"], top)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "lit_rlhf" / "data" / "samples"
@@ -91,7 +92,8 @@ class Timed:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return self.fn(*args, **kwargs)
+            with torch.profiler.record_function("bench::generate"):  # for op_profile
+                return self.fn(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
 
@@ -104,12 +106,15 @@ class StepTimer(L.Callback):
         self,
         counters: dict[str, Callable[[], float]] | None = None,
         probes: dict[str, Callable[[Any, Any], float]] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> None:
         self.counters, self.probes = counters or {}, probes or {}
+        self.on_start = on_start or (lambda index: None)  # e.g. an OpProfile's step
         self.rows: list[dict[str, float]] = []
         self.start: dict[str, float] = {}
 
     def on_train_batch_start(self, *args: Any) -> None:
+        self.on_start(len(self.rows))
         self.start = {name: fn() for name, fn in self.counters.items()}
         self.start["step"] = time.perf_counter()
 

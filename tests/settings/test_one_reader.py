@@ -37,7 +37,7 @@ EXCEPTIONS: dict[tuple[str, str], tuple[int, str]] = {
         5,
         "each module cuts its own micro-batches (SFT, RM, DPO, compressor, the RL core)",
     ),
-    ("precision", "dtype"): (9, "each module's trainable-precision check at setup and its load"),
+    ("precision", "dtype"): (8, "each module's trainable-precision check at setup and its load"),
     ("precision", "reference_dtype"): (5, "checked where a module has no reference, and loaded"),
     ("rollout", "samples_per_prompt"): (3, _CHECK),
     ("rollout", "max_staleness"): (4, _CHECK),
