@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from lit_rlhf.cli.app import cli_main
+from lit_rlhf.cli.errors import one_line_errors
 from lit_rlhf.cli.export import export_main
 from lit_rlhf.strategies.shutdown import shutdown_distributed
 
@@ -20,12 +21,14 @@ def main(args: list[str] | None = None) -> None:
     ``sys.argv[1:]``). ``export`` goes to :func:`lit_rlhf.cli.export.export_main`; for the
     others, when the run is over the module releases its engine (``close``: a vLLM instance),
     then every rank of a multi-process run meets at a barrier and destroys the process group
-    (see ``shutdown_distributed``)."""
+    (see ``shutdown_distributed``). An error of a known kind ends it with one line
+    (:func:`~lit_rlhf.cli.errors.one_line_errors`)."""
     argv = sys.argv[1:] if args is None else args
-    if argv[:1] == ["export"]:
-        export_main(argv[1:])
-        return
-    cli = cli_main(args)
+    with one_line_errors():
+        if argv[:1] == ["export"]:
+            export_main(argv[1:])
+            return
+        cli = cli_main(args)
     close = getattr(cli.model, "close", None)
     if callable(close):
         close()

@@ -6,6 +6,12 @@ cause ends up in the middle of a hundred lines. Here a parse error is printed as
 that lead to it, and a last line ``error: <key>: <cause>. Fix: ...``; an error raised by a
 class's ``__init__`` while the CLI builds it is re-raised as itself, so the traceback ends with
 that class's own message.
+
+An error of a known kind met later, while the run builds or trains (a
+:class:`~lit_rlhf.errors.SettingError`: a reward breaking its contract, ``eval.pass_metric``
+missing from the reward's info, malformed data, ...), ends the command with one line,
+``lit-rlhf: error: <setting>: <cause>. Fix: <fix>``, and exit code 1
+(:func:`one_line_errors`); ``LIT_RLHF_DEBUG=1`` raises it with its traceback instead.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
 from lit_rlhf.envs import environment_refusal
+from lit_rlhf.errors import SettingError
 from lit_rlhf.rollout import engine_refusal
 from lit_rlhf.settings import closest_field, group_params
 
@@ -239,3 +247,36 @@ def _raised_by_jsonargparse(err: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("jsonargparse")
+
+
+DEBUG_VARIABLE = "LIT_RLHF_DEBUG"  # set (not 0 / empty): known errors keep their traceback
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Inside: a :class:`~lit_rlhf.errors.SettingError` (raised, or the ``__cause__`` of what
+    was raised) is printed as one line on stderr and ends the process with exit code 1; any
+    other error, and every error with ``LIT_RLHF_DEBUG=1``, propagates with its traceback."""
+    try:
+        yield
+    except Exception as err:
+        known = setting_error(err)
+        if known is None or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+            raise
+        sys.stderr.write(
+            f"lit-rlhf: error: {known.one_line()} ({DEBUG_VARIABLE}=1 shows the traceback)\n"
+        )
+        raise SystemExit(1) from None
+
+
+def setting_error(err: BaseException) -> SettingError | None:
+    """``err`` if it is a :class:`~lit_rlhf.errors.SettingError`, else the first one among its
+    causes (``raise ... from``), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, SettingError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None
