@@ -217,7 +217,7 @@ def test_inputs_exercise_the_formula(trl: Any, tmp_path: Path) -> None:
     from lit_rlhf.models.forward import forward_response
 
     ids = torch.cat([sc.prompt_ids, sc.response_ids], dim=1)
-    attn = torch.cat([torch.ones_like(sc.prompt_ids, dtype=torch.bool), mask], dim=1)
+    attn = torch.cat([sc.prompt_mask, mask], dim=1)
     with torch.no_grad():
         cur = forward_response(current, ids, attn, sc.response_ids, temperature=1.0).log_probs
     ratio = (cur - inputs["old_per_token_logps"]).exp()[mask]

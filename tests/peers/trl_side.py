@@ -3,16 +3,17 @@
 ``PPOUpdate`` (its own rollout, experience and micro-batch losses), each on its own copy of the
 same tiny random model.
 
-The rollout is scripted, not sampled: 2 prompts x 4 responses of ``builtin:tiny-llama``, some
-ended by EOS (one of them exactly at the cap), some cut at ``MAX_NEW`` tokens. The engine's
-log-probs are the trainer's under the old weights shifted by fixed per-token offsets, so the
-ratio ``pi_old / mu`` falls inside and outside any band in [0.2, 4]. Three weight sets:
-``ref`` (the reference, the model as loaded), ``old`` (the weights that generated) and ``cur``
-(the weights being updated, one optimizer step later), so ratios ``pi / pi_old`` leave the clip
-and the KL to the reference is not zero. TRL is fed through ``rollout_func`` (prompt ids,
-completion ids and the engine's ``logprobs``), as its docs describe for a custom engine; its IS
-correction, which it applies only with vLLM, is switched on by setting ``use_vllm`` and the
-``vllm_importance_sampling_*`` fields on the built trainer.
+The rollout is scripted, not sampled: 2 prompts (one left-padded) x 4 responses of
+``builtin:tiny-llama``, some ended by EOS (one of them exactly at the cap), some cut at
+``MAX_NEW`` tokens. The engine's log-probs are the trainer's under the old weights shifted by
+fixed per-token offsets, so the ratio ``pi_old / mu`` falls inside and outside any band in
+[0.2, 4]. Three weight sets: ``ref`` (the reference, the model as loaded), ``old`` (the weights
+that generated) and ``cur`` (the weights being updated, one optimizer step later), so ratios
+``pi / pi_old`` leave the clip and the KL to the reference is not zero. TRL is fed through
+``rollout_func`` (prompt ids, completion ids and the engine's ``logprobs``), as its docs describe
+for a custom engine; its IS correction, which it applies only with vLLM, takes the
+``vllm_importance_sampling_*`` fields from ``GRPOConfig`` and ``use_vllm = True`` set on the
+built trainer (there is no vLLM behind it).
 
 TRL is imported inside the functions: the default venv has none, and collecting this folder
 there must not fail (the tests are deselected by their ``vllm`` marker).
@@ -49,7 +50,7 @@ from lit_rlhf.types import GenerationOutput
 
 G = 4  # responses per prompt
 MAX_NEW = 6  # the engine's max_new_tokens = TRL's max_completion_length
-PROMPTS = [[17, 42, 99, 7], [250, 3, 64, 128]]  # equal lengths: no left padding (see below)
+PROMPTS = [[17, 42, 99, 7], [250, 3]]  # the second is left-padded in both libraries
 # per row: (response length, ends with EOS). Length MAX_NEW without EOS = truncated.
 SHAPES = [(6, False), (3, True), (5, True), (6, False), (4, True), (6, True), (2, True), (6, False)]
 # rewards per row; the second group is nearly flat, so the std epsilon matters there
@@ -69,7 +70,8 @@ class Scenario:
     model_dir: str
     tokenizer: Any
     weights: Weights
-    prompt_ids: Tensor  # [B, P]
+    prompt_ids: Tensor  # [B, P] left-padded with the pad id
+    prompt_mask: Tensor  # [B, P] bool
     response_ids: Tensor  # [B, R] right-padded with the pad id
     response_mask: Tensor  # [B, R] bool
     log_offsets: Tensor  # [B, R] log(pi_old / mu) given to the engine
@@ -130,13 +132,22 @@ def scenario() -> Scenario:
         masks.append(torch.arange(MAX_NEW) < length)
     response_ids, response_mask = torch.stack(rows), torch.stack(masks)
     offsets = torch.empty(response_ids.shape).uniform_(-1.5, 1.4, generator=gen)
-    prompt_ids = torch.tensor(PROMPTS).repeat_interleave(G, dim=0)
+    prompt_ids, prompt_mask = _left_padded(PROMPTS, pad)
+    prompt_ids = prompt_ids.repeat_interleave(G, dim=0)
+    prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
     texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
     assert len(set(texts)) == len(texts), "decoded responses must differ (they key the rewards)"
     return Scenario(
-        model_dir, tokenizer, weights, prompt_ids, response_ids, response_mask,
+        model_dir, tokenizer, weights, prompt_ids, prompt_mask, response_ids, response_mask,
         offsets * response_mask, dict(zip(texts, REWARDS, strict=True)),
     )  # fmt: skip
+
+
+def _left_padded(prompts: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+    return ids, mask
 
 
 def scripted_reward(completions: list[str], **kwargs: Any) -> list[float]:
@@ -152,7 +163,7 @@ def engine_log_probs(temperature: float) -> Tensor:
     sc = scenario()
     model = load_model(sc.model_dir, sc.weights.old)
     ids = torch.cat([sc.prompt_ids, sc.response_ids], dim=1)
-    attn = torch.cat([torch.ones_like(sc.prompt_ids, dtype=torch.bool), sc.response_mask], dim=1)
+    attn = torch.cat([sc.prompt_mask, sc.response_mask], dim=1)
     fwd = forward_response(model, ids, attn, sc.response_ids, temperature=temperature)
     return (fwd.log_probs - sc.log_offsets).masked_fill(~sc.response_mask, 0.0)
 
@@ -170,7 +181,8 @@ class ScriptedEngine:
                  *, greedy: bool = False, log_probs: bool = True,
                  max_new_tokens: int | None = None) -> GenerationOutput:  # fmt: skip
         sc = scenario()
-        assert torch.equal(input_ids, sc.prompt_ids), "lit-rlhf grouped the prompts differently"
+        same = torch.equal(input_ids, sc.prompt_ids)
+        assert same and torch.equal(attention_mask.bool(), sc.prompt_mask), "other prompt rows"
         lp = engine_log_probs(self.temperature) if log_probs else None
         return GenerationOutput(sc.response_ids.clone(), sc.response_mask.clone(), lp)
 
@@ -220,15 +232,16 @@ def lit_loss(settings: PPOSettings, *, temperature: float = 1.0) -> tuple[Tensor
     # the data batch: each prompt once (G // samples_per_prompt times for a smaller group, so
     # that the engine still sees the scenario's rows)
     copies = G // settings.rollout.samples_per_prompt
-    prompts = [p for p in PROMPTS for _ in range(copies)]
-    n = len(prompts)
+    prompt_ids, prompt_mask = _left_padded([p for p in PROMPTS for _ in range(copies)], 0)
+    prompt_ids = prompt_ids.masked_fill(~prompt_mask, sc.tokenizer.pad_token_id)
+    n = len(prompt_ids)
     batch = {
         "prompt": [f"p{i}" for i in range(n)],
         "row": [{"index": i} for i in range(n)],
         "query_id": [str(i) for i in range(n)],
         "task": ["parity"] * n,
-        "input_ids": torch.tensor(prompts),
-        "attention_mask": torch.ones(n, len(PROMPTS[0]), dtype=torch.long),
+        "input_ids": prompt_ids,
+        "attention_mask": prompt_mask.long(),
     }
     rollout = step.collect(module, batch)
     experience = step.prepare(module, rollout)
@@ -257,7 +270,7 @@ def _rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
         return [row[:n] for row, n in zip(rows.tolist(), lengths, strict=True)]
 
     return {
-        "prompt_ids": sc.prompt_ids.tolist(),
+        "prompt_ids": [p for p in PROMPTS for _ in range(G)],
         "completion_ids": unpadded(sc.response_ids),
         "logprobs": unpadded(engine),
     }
