@@ -67,3 +67,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if total:
         parts = ", ".join(f"{n} {k}" for k, n in sorted(_outcomes.items()))
         terminalreporter.write_line(f"tests/peers: {total} parity cases ({parts})")
+        from tests.peers.test_trl_parity import CASES, uncovered_rows
+
+        rows, uncovered = uncovered_rows()
+        terminalreporter.write_line(
+            f"tests/peers: {len(rows) - len(uncovered)} of {len(rows)} rows of docs/algorithms.md's"
+            f" TRL table have a case ({len(CASES)} TRL cases with the combinations)"
+        )
