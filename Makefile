@@ -60,6 +60,9 @@ test: venv
 	$(MAKE) test-vllm
 	@cat .test-times
 
+# The vllm group includes tests/peers (markers vllm + peers; alone: -m peers): lit-rlhf's losses
+# against TRL 1.16's own compute_loss, one case per row of docs/algorithms.md's TRL table, and
+# REINFORCE++ against OpenRLHF's formula; it prints its case count, and a missing TRL fails it.
 test-vllm: venv-vllm
 	$(TIMED) vllm env HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -q -m vllm
 
