@@ -1,127 +1,90 @@
-"""The first code the sandboxed interpreter runs: it installs an audit hook, then runs the tool's
-code (a file the parent wrote beside the scratch folder, ``argv[2]``) as ``__main__`` with
-``runpy``.
+"""The first code the sandboxed interpreter runs: it reports the layers that hold, installs the
+audit hook, then runs the tool's code (a file the parent wrote beside the scratch folder).
 
-Run as a script by :func:`lit_rlhf.envs.sandbox.run_python` (the parent imports it only for
-its constants). It imports only ``contextlib``, ``os``, ``runpy`` and ``sys`` before the hook,
-so the tool's code finds no ``ctypes`` or ``socket`` already loaded. An audit hook cannot be
-removed once added (PEP 578), and the hook refuses, whatever the OS layers did: sockets,
-processes (fork, exec, spawn, ``subprocess``), signals, resource-limit changes, the modules
-that reach around the audit events (``ctypes``, ``_posixsubprocess``, ``_socket``), and every
-file write, rename, removal, link or mode change outside the scratch folder (the working
-directory). Modules that import ``socket`` (``asyncio``, ``urllib.request``) cannot be used.
-The exit status tells the parent why the code stopped: 0, 1 (an exception),
-:data:`MEMORY_EXIT`, :data:`BLOCKED_EXIT`.
+Run as a script by :func:`lit_rlhf.envs.sandbox.run_python` (the parent imports it only for its
+constants), with the arguments: the parent's network and user namespaces (to tell whether new
+ones hold), the code's file, the descriptor of the layer report and whether a weak sandbox is
+allowed. In order:
+
+1. It writes the layers that hold (:data:`STRONG_LAYERS`, seen from inside) to the report
+   descriptor and closes it, before any of the code runs, so the code cannot forge the report.
+   Without every strong layer and without ``allow_weak``, it exits with :data:`WEAK_EXIT` and
+   the code never runs.
+2. It installs the audit hook (:mod:`lit_rlhf.envs.sandbox_hook`, executed into a private
+   namespace that is dropped: no module, global or frame of the code's reach holds the hook's
+   functions, and what a refused event's traceback shows of them cannot change a verdict).
+   The hook refuses sockets, processes, signals, ``sqlite3``, the modules that reach around the
+   audit events (``ctypes``, ``readline``, ...), tracing and the garbage collector's object
+   lists, and every file write outside the scratch folder (the working directory).
+3. It compiles and executes the code as ``__main__`` in a fresh globals dict; an exception's
+   traceback is printed from the code's own first frame.
+
+Before the hook it imports only ``os`` and ``sys`` (and what the hook file imports: ``os``,
+``typing``), so the code finds no ``ctypes`` or ``socket`` already loaded. The exit status
+tells the parent why the code stopped: 0, 1 (an exception), :data:`MEMORY_EXIT`,
+:data:`BLOCKED_EXIT`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import runpy
 import sys
 
-MEMORY_EXIT, BLOCKED_EXIT = 86, 87
-LAYERS_HEADER = "sandbox-layers:"
-
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_BANNED_EVENT_PREFIXES = (
-    "socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-    "os.kill", "resource.setrlimit", "resource.prlimit", "ctypes.", "pty.", "os.startfile",
-)  # fmt: skip
-_BANNED_MODULES = frozenset(
-    {"ctypes", "_ctypes", "_posixsubprocess", "socket", "_socket", "ssl", "_ssl",
-     "_xxsubinterpreters", "_multiprocessing", "multiprocessing"}
-)  # fmt: skip
-# event -> (indices of path arguments, indices of dir_fd arguments); the audit events of
-# CPython 3.10-3.12 (docs.python.org/3/library/audit_events.html).
-_PATH_EVENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.rename": ((0, 1), (2, 3)),
-    "os.mkdir": ((0,), (2,)), "os.symlink": ((1,), (2,)), "os.link": ((0, 1), (2, 3)),
-    "os.chmod": ((0,), (2,)), "os.chown": ((0,), (3,)), "os.utime": ((0,), (3,)),
-    "os.truncate": ((0,), ()), "os.chflags": ((0,), ()), "os.setxattr": ((0,), ()),
-    "os.removexattr": ((0,), ()),
-}  # fmt: skip
+MEMORY_EXIT, BLOCKED_EXIT, WEAK_EXIT = 86, 87, 89
+STRONG_LAYERS = ("netns", "pidns", "fresh_proc", "readonly_fs", "no_capabilities", "seccomp")
+"""The layers without which the code runs only when a weak sandbox is allowed."""
 
 
-def _inside(path: object, scratch: str) -> bool:
-    """Whether ``path`` (str, bytes or path-like; symlinks resolved) lies in ``scratch``."""
-    try:
-        real = os.path.realpath(os.fsdecode(os.fspath(path)))  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return False
-    return real == scratch or real.startswith(scratch + os.sep)
+def _status(field: str) -> str:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return line.split()[1]
+    return ""
 
 
-def _open_verdict(args: tuple[object, ...], scratch: str) -> str | None:
-    path, mode, flags = args[0], args[1], args[2] or 0
-    if isinstance(path, int) or path is None:
-        return None  # an already open descriptor: it passed this check when it was opened
-    writes = isinstance(flags, int) and flags & _WRITE_FLAGS and path != os.devnull
-    if writes and not _inside(path, scratch):
-        return f"write to {path!r} outside the scratch folder"
-    # os.open of a directory gives a dir_fd, and dir_fd-relative paths would escape the check.
-    if mode is None and not _inside(path, scratch) and os.path.isdir(os.fsdecode(path)):  # type: ignore[arg-type]
-        return f"directory descriptor for {path!r} outside the scratch folder"
-    return None
-
-
-def _verdict(event: str, args: tuple[object, ...], scratch: str) -> str | None:
-    """Why the event is refused, or None to allow it."""
-    if event == "open":
-        return _open_verdict(args, scratch)
-    if event == "import":
-        return f"import of {args[0]}" if args[0] in _BANNED_MODULES else None
-    if event.startswith(_BANNED_EVENT_PREFIXES):
-        return f"{event}"
-    if event in _PATH_EVENTS:
-        paths, dir_fds = _PATH_EVENTS[event]
-        if any(args[i] not in (None, -1) for i in dir_fds if i < len(args)):
-            return f"{event} relative to a directory descriptor"
-        for i in paths:
-            fd_ok = event == "os.truncate" and isinstance(args[i], int)
-            if not fd_ok and not _inside(args[i], scratch):
-                return f"{event} on {args[i]!r} outside the scratch folder"
-    return None
-
-
-def _install_hook(scratch: str) -> list[str]:
-    """Adds the audit hook; returns the list it appends each refused event to."""
-    blocked: list[str] = []
-
-    def hook(event: str, args: tuple[object, ...]) -> None:
-        reason = _verdict(event, args, scratch)
-        if reason is not None:
-            blocked.append(reason)
-            raise PermissionError(f"blocked by the sandbox: {reason}")
-
-    sys.addaudithook(hook)
-    return blocked
-
-
-def _layers(parent_net_ns: str) -> list[str]:
-    """The isolation layers in force, seen from inside (reported to the parent on stderr)."""
+def layers(parent_net_ns: str, parent_user_ns: str) -> list[str]:
+    """The isolation layers in force, seen from inside."""
     found = ["rlimits", "audit_hook"]
     try:
+        if os.readlink("/proc/self/ns/user") != parent_user_ns:
+            found.append("userns")
         if os.readlink("/proc/self/ns/net") != parent_net_ns:
             found.append("netns")
         if os.getpid() == 1:
             found.append("pidns")
+            if os.readlink("/proc/self") == "1":  # the procfs of this namespace, not the host's
+                found.append("fresh_proc")
         if os.statvfs("/").f_flag & os.ST_RDONLY:
             found.append("readonly_fs")
-        with open("/proc/self/status") as status:
-            caps = [line.split()[1] for line in status if line.startswith("CapEff:")]
-        if caps and int(caps[0], 16) == 0:
+        if _status("CapEff") and int(_status("CapEff"), 16) == 0:
             found.append("no_capabilities")
+        if _status("Seccomp") == "2":
+            found.append("seccomp")
     except OSError:
         pass
     return found
 
 
+def _install_hook(scratch: str) -> list[str]:
+    """Adds the audit hook; returns the list it appends each refused event to."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_hook.py")
+    with open(path, encoding="utf-8") as file:
+        source = file.read()
+    namespace: dict[str, object] = {"__name__": "lit_rlhf_sandbox_hook"}
+    exec(compile(source, path, "exec"), namespace)  # our own file, not the tool's code
+    refused: list[str] = []
+    sys.addaudithook(namespace["build"](scratch, refused))  # type: ignore[operator]
+    namespace.clear()
+    return refused
+
+
 def _run(path: str) -> int:
     """Runs the file ``path`` (the tool's code) as ``__main__``; returns the exit status."""
     try:
-        runpy.run_path(path, run_name="__main__")
+        with open(path, "rb") as file:
+            code = compile(file.read(), path, "exec")
+        exec(code, {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__})
     except MemoryError:
         sys.stderr.write("MemoryError: the memory limit was reached\n")
         return MEMORY_EXIT
@@ -130,7 +93,7 @@ def _run(path: str) -> int:
     except BaseException as exc:
         import traceback
 
-        # Start the traceback at the tool's code, not at this bootstrap or runpy.
+        # Start the traceback at the tool's code, not at this bootstrap.
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != path:
             tb = tb.tb_next
@@ -140,19 +103,31 @@ def _run(path: str) -> int:
 
 
 def main() -> None:
+    parent_net_ns, parent_user_ns, path, report, allow_weak = sys.argv[1:6]
     scratch = os.path.realpath(os.getcwd())
-    path = sys.argv[2]  # the code, written by the parent beside the scratch folder
-    sys.stderr.write(LAYERS_HEADER + ",".join(_layers(sys.argv[1])) + "\n")
-    sys.stderr.flush()
-    blocked = _install_hook(scratch)
-    status = _run(path)
-    if blocked:
-        sys.stderr.write("sandbox refused: " + "; ".join(blocked[:3]) + "\n")
-        status = BLOCKED_EXIT
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(status)
+    held = layers(parent_net_ns, parent_user_ns)
+    os.write(int(report), (",".join(held) + "\n").encode())
+    os.close(int(report))
+    if allow_weak != "1" and not set(STRONG_LAYERS) <= set(held):
+        os._exit(WEAK_EXIT)
+    sys.argv[:] = [path]
+    del sys.path[0]  # this folder: the code imports nothing of the sandbox's own
+    refused = _install_hook(scratch)
+    # Held here, not looked up after the code ran: it may have emptied this module's globals.
+    exit_now, stdout, stderr, blocked_exit = os._exit, sys.stdout, sys.stderr, BLOCKED_EXIT
+    status = 1
+    try:
+        status = _run(path)
+        if refused:
+            stderr.write("sandbox refused: " + "; ".join(refused[:3]) + "\n")
+            status = blocked_exit
+    finally:
+        for stream in (stdout, stderr):
+            try:  # noqa: SIM105 (no contextlib: a global the code may have removed)
+                stream.flush()
+            except BaseException:
+                pass
+        exit_now(status)
 
 
 if __name__ == "__main__":

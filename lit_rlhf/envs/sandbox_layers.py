@@ -1,20 +1,31 @@
 """The operating-system layers of the code sandbox, entered in the forked child before ``exec``.
 
 Each layer is tried and skipped when the kernel or the privileges refuse it; the child's
-bootstrap (:mod:`lit_rlhf.envs.sandbox_boot`) reports which held. With root or CAP_SYS_ADMIN
-(Linux >= 5.12 for ``mount_setattr``):
+bootstrap (:mod:`lit_rlhf.envs.sandbox_boot`) reports which held, and the parent refuses to run
+the code without all of them unless told ``allow_weak_sandbox``. As root (or with
+CAP_SYS_ADMIN) the namespaces are made directly; without, inside a new user namespace
+(``CLONE_NEWUSER``, the caller's own uid and gid mapped to themselves), which the kernel gives
+unprivileged users unless the host blocks it (Ubuntu's
+``kernel.apparmor_restrict_unprivileged_userns=1``, Debian's older
+``kernel.unprivileged_userns_clone=0``, ``user.max_user_namespaces=0``). Linux >= 5.12
+(``mount_setattr``):
 
 - a new network namespace: only a loopback device that is down, so no connection anywhere;
-- a new PID namespace, the code's process its pid 1 (an extra process waits for it): it cannot
-  see, signal or trace any process outside, the trainer included;
+- a new PID namespace, the code's process its pid 1 (an extra process waits for it), with a
+  fresh read-only procfs on ``/proc``: no process outside is visible (``/proc/<trainer>`` does
+  not exist), signalled or traced; when the waiting process dies, pid 1 is killed
+  (``PR_SET_PDEATHSIG``), and with it every process of the namespace;
 - a new mount namespace in which every mount is read-only except a bind mount of the scratch
   folder (writes elsewhere fail with EROFS even for root);
-- an empty capability bounding set and ``no_new_privs``, so the child, though uid 0, cannot
-  remount, load modules, trace or signal other users' processes, or regain privileges.
+- an empty capability bounding set and ``no_new_privs``, so the child cannot remount, load
+  modules, trace or signal other users' processes, or regain privileges;
+- a seccomp filter (:mod:`lit_rlhf.envs.sandbox_seccomp`; needs only ``no_new_privs``, so it
+  holds for every user): no ``mknod``/``mkfifo``, pidfds, signals to other processes, new
+  processes or sessions, sockets, namespaces or mounts.
 
 Always: resource limits on CPU seconds, address space, file size, open files and core dumps.
-RLIMIT_NPROC is not set: the kernel exempts uid 0 from it, and forks are refused by the audit
-hook instead.
+RLIMIT_NPROC is not set: the kernel exempts uid 0 from it; the seccomp filter refuses new
+processes instead (and the audit hook refuses forks).
 """
 
 from __future__ import annotations
@@ -22,15 +33,21 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import signal
 import struct
 from dataclasses import dataclass
 from typing import NoReturn
 
+from lit_rlhf.envs import sandbox_seccomp
+
 CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
+CLONE_NEWUSER = 0x10000000
 CPU_LIMIT_EXIT = 88
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 1 << 14, 1 << 18
+# mount_setattr's number is 442 on every architecture (the unified table since Linux 5.12).
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
-_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 24, 38
+_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
 
 
 def _load_libc() -> ctypes.CDLL | None:
@@ -43,6 +60,8 @@ def _load_libc() -> ctypes.CDLL | None:
 
 
 _LIBC = _load_libc()  # loaded in the parent: the child only calls into it
+_PROGRAM = sandbox_seccomp.filter_program()
+_SECCOMP = None if _PROGRAM is None else sandbox_seccomp.prepare(_PROGRAM)  # built here, too
 
 
 @dataclass(frozen=True)
@@ -68,11 +87,7 @@ def enter_sandbox(scratch: str, limits: SandboxLimits) -> None:
     """
     new_pid_ns = False
     if _LIBC is not None:
-        new_pid_ns = _LIBC.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) == 0
-        if new_pid_ns or _LIBC.unshare(CLONE_NEWNS | CLONE_NEWNET) == 0:
-            _readonly_except(_LIBC, scratch)
-        else:
-            _LIBC.unshare(CLONE_NEWNET)  # without the mount namespace, the audit hook alone
+        new_pid_ns = _enter_namespaces(_LIBC, scratch)
         for capability in range(64):
             if _LIBC.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
                 break
@@ -84,6 +99,50 @@ def enter_sandbox(scratch: str, limits: SandboxLimits) -> None:
         child = os.fork()  # the child is pid 1 of the new namespace and goes on to exec
         if child != 0:
             _reap(child, limits.cpu_s)
+        assert _LIBC is not None
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # procfs shows the PID namespace of the process that mounts it: pid 1 does.
+        flags = _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+        _LIBC.mount(b"proc", b"/proc", b"proc", flags, None)
+    if _LIBC is not None and _SECCOMP is not None:
+        sandbox_seccomp.install(_LIBC, _SECCOMP)  # last: it refuses mount and fork
+
+
+def _enter_namespaces(libc: ctypes.CDLL, scratch: str) -> bool:
+    """Unshares the network, PID and mount namespaces (inside a new user namespace where the
+    caller may not do so itself) and makes the file system read-only but ``scratch``; whether
+    the PID namespace was made."""
+    uid, gid = os.getuid(), os.getgid()
+    everything = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
+    if libc.unshare(everything) == 0:
+        _readonly_except(libc, scratch)
+        return True
+    if libc.unshare(CLONE_NEWUSER | everything) == 0:
+        _map_own_ids(uid, gid)
+        _readonly_except(libc, scratch)
+        return True
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWNET) == 0:
+        _readonly_except(libc, scratch)
+    else:
+        libc.unshare(CLONE_NEWNET)
+    return False
+
+
+def _map_own_ids(uid: int, gid: int) -> None:
+    """Maps the caller's uid and gid to themselves in its new user namespace (the one mapping
+    an unprivileged process may write; setgroups must be denied before the gid map)."""
+    for name, line in (("setgroups", b"deny"), ("uid_map", b"%d %d 1" % (uid, uid)),
+                       ("gid_map", b"%d %d 1" % (gid, gid))):  # fmt: skip
+        try:
+            fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        except OSError:
+            continue  # setgroups is missing before Linux 3.19
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def _reap(child: int, cpu_s: int) -> NoReturn:

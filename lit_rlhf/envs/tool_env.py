@@ -75,20 +75,36 @@ class PythonCodeEnv(ToolEnv):
             ``env_step_timeout`` (default 5 s), which answers a step that runs longer.
         memory_mb: address-space limit of one call.
         max_output_chars: the most characters kept of stdout and of stderr each.
+        allow_weak_sandbox: run the code even where the sandbox's OS layers (namespaces,
+            seccomp) cannot be had, e.g. a non-root trainer on a host that blocks unprivileged
+            user namespaces (logged as a warning); by default the constructor raises
+            :class:`~lit_rlhf.envs.sandbox.WeakSandboxError` there.
 
     Code that raises is answered with its traceback's tail (a result the agent learns from);
     code stopped by a limit (timeout, memory, a refused operation such as a socket or a write
     outside the scratch folder) is answered as an ``<error>`` and counted as a fault.
+    ``layers`` holds the sandbox layers of the latest call (``SandboxResult.layers``).
     """
 
-    def __init__(self, timeout_s: float = 3.0, memory_mb: int = 256, max_output_chars: int = 500):
+    def __init__(
+        self,
+        timeout_s: float = 3.0,
+        memory_mb: int = 256,
+        max_output_chars: int = 500,
+        allow_weak_sandbox: bool = False,
+    ):
         self.sandbox = PythonTool(
-            timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_output_chars=max_output_chars,
+            allow_weak_sandbox=allow_weak_sandbox,
         )
+        self.layers: tuple[str, ...] = ()
         super().__init__({"python": self._run}, max_call_chars=4000)
 
     def _run(self, code: str) -> str:
         result = self.sandbox.run(code)
+        self.layers = result.layers
         text = result.observation(max_chars=2 * self.sandbox.max_output_chars + 200)
         if result.reason in ("timeout", "memory", "blocked"):
             raise ValueError(text)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dis
 import functools
+import logging
 import os
 import socket
 import subprocess
@@ -13,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlhf.envs import sandbox_layers
-from lit_rlhf.envs.sandbox import PythonTool, SandboxResult, run_python
+from lit_rlhf.envs import sandbox_hook, sandbox_layers, sandbox_seccomp
+from lit_rlhf.envs.sandbox import PythonTool, SandboxResult, WeakSandboxError, run_python
+from lit_rlhf.envs.sandbox_boot import STRONG_LAYERS
 from lit_rlhf.envs.sandbox_layers import SandboxLimits, enter_sandbox
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox targets Linux")
@@ -167,19 +170,67 @@ def test_the_os_layers_hold_without_the_audit_hook(tmp_path: Path) -> None:
         text=True,
         timeout=10,
     )
-    assert done.stdout.split("\n")[:2] == ["net 101", "fs 30"], done  # ENETUNREACH, EROFS
+    # EPERM: seccomp refuses the socket (behind it the empty network namespace); EROFS.
+    assert done.stdout.split("\n")[:2] == ["net 1", "fs 30"], done
     assert not target.exists() and (scratch / "inside.txt").read_text() == "ok"
 
 
-def test_the_audit_hook_alone_holds_where_the_kernel_refuses_the_namespaces(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+def test_without_the_os_layers_the_sandbox_refuses_unless_weak_is_allowed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(sandbox_layers, "_LIBC", None)  # as on a machine without the privileges
+    monkeypatch.setattr(sandbox_layers, "_LIBC", None)  # no namespaces, no seccomp
     target = tmp_path / "outside.txt"
-    assert run_python("print('up')").layers == ("rlimits", "audit_hook")
-    assert run_python(f"open({str(target)!r}, 'w')").reason == "blocked"
-    assert run_python("import socket").reason == "blocked"
+    with pytest.raises(WeakSandboxError, match="allow_weak_sandbox: true"):
+        run_python(f"open({str(target)!r}, 'w')")
+    with pytest.raises(WeakSandboxError, match="apparmor_restrict_unprivileged_userns"):
+        PythonTool()
+    assert not target.exists()  # the code never ran
+    with caplog.at_level(logging.WARNING, logger="lit_rlhf.envs.sandbox"):
+        tool = PythonTool(allow_weak_sandbox=True)
+        assert tool.run("print('up')").layers == ("rlimits", "audit_hook")
+    assert "WEAK CODE SANDBOX" in caplog.text
+    # The audit hook alone still refuses what it sees.
+    assert run_python(f"open({str(target)!r}, 'w')", allow_weak_sandbox=True).reason == "blocked"
+    assert run_python("import socket", allow_weak_sandbox=True).reason == "blocked"
     assert not target.exists()
+
+
+def test_every_os_layer_holds_here_as_root() -> None:
+    if os.getuid() != 0:
+        pytest.skip("root only; tests/envs/test_sandbox_escapes.py covers other users")
+    assert set(STRONG_LAYERS) <= set(run_python("pass").layers)
+
+
+def test_the_hook_reads_no_global_or_builtin_name() -> None:
+    # What a frame in reach shows (f_globals, f_builtins) cannot change a verdict.
+    functions = [sandbox_hook.real_path, sandbox_hook.inside, sandbox_hook.open_verdict,
+                 sandbox_hook.verdict, sandbox_hook.hook]  # fmt: skip
+    for function in functions:
+        names = [i.argval for i in dis.get_instructions(function) if "GLOBAL" in i.opname
+                 or i.opname in ("LOAD_NAME", "LOAD_DEREF", "LOAD_CLOSURE")]  # fmt: skip
+        assert names == [], (function.__name__, names)
+    built = sandbox_hook.build(str(os.path.realpath(".")), [])
+    assert built.__globals__ == {"__builtins__": {}}
+    assert all(not isinstance(value, (list, dict, set)) for value in built.__defaults__[:1])
+
+
+def test_a_failing_call_returns_its_traceback_after_a_frame_walk() -> None:
+    code = (
+        "import sys\nframe = sys._getframe()\nwhile frame.f_back is not None:\n"
+        "    frame = frame.f_back\n    frame.f_globals.clear()\n"
+        "def deep():\n    raise ValueError('still traced')\ndeep()\n"
+    )
+    result = run_python(code)
+    assert result.reason == "error"
+    assert 'tool.py", line 7, in deep' in result.stderr
+    assert result.stderr.rstrip().endswith("ValueError: still traced")
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_seccomp_filter_is_built_per_architecture(machine: str) -> None:
+    program = sandbox_seccomp.filter_program(machine)
+    assert program is not None and len(program) % 8 == 0 and len(program) // 8 < 4096
+    assert sandbox_seccomp.filter_program("sparc") is None
 
 
 def test_concurrent_runs_each_get_their_own_scratch_folder() -> None:
@@ -193,9 +244,10 @@ def test_concurrent_runs_each_get_their_own_scratch_folder() -> None:
 
 
 def test_the_code_cannot_signal_the_trainer() -> None:
-    require_layers("pidns")
-    # pidfd_send_signal raises no audit event: the PID namespace hides this process instead.
+    require_layers("pidns", "seccomp")
+    # pidfd_send_signal raises no audit event: seccomp refuses pidfd_open (and the PID
+    # namespace hides this process).
     code = f"import os, signal\nsignal.pidfd_send_signal(os.pidfd_open({os.getpid()}), 0)\n"
     result = run_python(code + "print('reached')")
     assert result.reason == "error" and "reached" not in result.stdout
-    assert "ProcessLookupError" in result.stderr
+    assert "PermissionError: [Errno 1]" in result.stderr
