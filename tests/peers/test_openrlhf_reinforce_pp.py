@@ -92,8 +92,8 @@ def _lit(estimator: str, *, kl_coef: float, kl_estimator: str, gamma: float) -> 
     rollout, old, ref = _rollout()
     settings = PPOSettings(
         rollout=RolloutSettings(samples_per_prompt=G),
-        advantage=AdvantageSettings(estimator=estimator, gamma=gamma),  # type: ignore[arg-type]
-        kl=KLSettings(coef=kl_coef, placement="reward", estimator=kl_estimator),  # type: ignore[arg-type]
+        advantage=AdvantageSettings(estimator=estimator, gamma=gamma),
+        kl=KLSettings(coef=kl_coef, placement="reward", estimator=kl_estimator),
     )
     advantages, _ = compute_advantages(
         rollout, settings, old_log_probs=old, ref_log_probs=ref, values=None, kl_coef=kl_coef
