@@ -54,3 +54,10 @@ class SettingError(Exception):
         if self.fix and "Fix:" not in cause:
             cause = f"{cause.rstrip('.')}. Fix: {self.fix}"
         return f"{self.setting}: {cause}" if self.setting else cause
+
+
+class DataError(SettingError, ValueError):
+    """Data the run cannot use: a missing column or field, a malformed row, prompts that do not
+    fit; the message names the file and row."""
+
+    setting = "data"

@@ -13,12 +13,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from lit_rlhf.errors import DataError
+
 Read = tuple[str, str, str, int | None, str]
 """prompt, response 1, response 2, label (-1: response 1 better, +1: response 2, 0: a tie,
 None: unlabelled), subset"""
 
 
-class MalformedRow(ValueError):
+class MalformedRow(DataError):
     """A data row that cannot become a pair; the message names source, row, field and fix."""
 
 

@@ -48,6 +48,7 @@ from lit_rlhf.data.prompt_batches import (
     tokenize_prompts,
 )
 from lit_rlhf.data.sources import PromptSource
+from lit_rlhf.errors import DataError
 from lit_rlhf.models import load_tokenizer
 
 __all__ = [  # the batch helpers and the sampler are re-exported: imported from here elsewhere
@@ -238,7 +239,12 @@ class PromptDataModule(LightningDataModule):
         bind_tokenizer = getattr(source, "bind_tokenizer", None)
         if callable(bind_tokenizer):
             bind_tokenizer(self.tokenizer)
-        data = source.load()
+        try:
+            data = source.load()
+        except ValueError as err:  # the source names the file, the row and the fix
+            if isinstance(err, DataError):
+                raise
+            raise DataError(str(err), setting=f"data.init_args.{split}") from err
         pretokenized = getattr(source, "pretokenized", False)
         required = (*_REQUIRED_COLUMNS, "input_ids") if pretokenized else _REQUIRED_COLUMNS
         missing = [c for c in required if c not in data.column_names]
@@ -254,9 +260,10 @@ class PromptDataModule(LightningDataModule):
         keep = [i for i, x in enumerate(ids) if len(x) <= self.max_prompt_length]
         dropped = len(ids) - len(keep)
         if not keep:
-            raise ValueError(
+            raise DataError(
                 f"{split}: all {len(ids)} prompts are longer than max_prompt_length="
-                f"{self.max_prompt_length} tokens. Fix: raise max_prompt_length."
+                f"{self.max_prompt_length} tokens. Fix: raise max_prompt_length.",
+                setting="data.init_args.max_prompt_length",
             )
         if dropped:
             rank_zero_warn(

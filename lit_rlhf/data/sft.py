@@ -38,6 +38,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_rlhf.data.prompts import EpochShuffleSampler, epoch_to_train, pad_ids, render_chat_prompt
 from lit_rlhf.data.sources import _load_table
+from lit_rlhf.errors import DataError
 from lit_rlhf.models import load_tokenizer
 
 IGNORE = -100  # the label of a token that is not trained (torch's cross-entropy ignore_index)
@@ -200,8 +201,10 @@ def collate_sft(
     return {"input_ids": input_ids, "attention_mask": mask.long(), "labels": labels}
 
 
-class LongPromptError(ValueError):
+class LongPromptError(DataError):
     """A row whose prompt leaves no response token within ``max_length``."""
+
+    setting = "data.init_args.max_length"
 
 
 class SFTDataModule(LightningDataModule):

@@ -15,6 +15,7 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from lit_rlhf.errors import SettingError
 from lit_rlhf.shapes import ByShape, missing_methods
 
 
@@ -85,7 +86,13 @@ def environment_refusal(env: Any) -> str | None:
     )
 
 
+class EnvironmentContractError(SettingError, TypeError):
+    """An environment without the methods an environment needs."""
+
+    setting = "model.init_args.environment"
+
+
 def check_environment(env: Any) -> None:
     """Refuse an object that is not an :class:`Environment` (:func:`environment_refusal`)."""
     if (why := environment_refusal(env)) is not None:
-        raise TypeError(why)
+        raise EnvironmentContractError(why)

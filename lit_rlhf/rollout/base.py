@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from lit_rlhf.errors import SettingError
 from lit_rlhf.shapes import ByShape, missing_methods
 from lit_rlhf.types import GenerationOutput
 
@@ -88,6 +89,35 @@ def engine_refusal(engine: Any) -> str | None:
         f"generate(model, input_ids, attention_mask, tokenizer, ...) and sync_weights(model). "
         f"Fix: add {lacks} to {cls.__qualname__}, or pass an engine by class path, e.g. "
         "lit_rlhf.rollout.HFGenerationEngine."
+    )
+
+
+class EngineContractError(SettingError, TypeError):
+    """An engine without its methods, or whose ``generate`` returned what it must not."""
+
+    setting = "model.init_args.engine"
+
+
+def check_generation(out: Any, batch: int, engine: Any) -> None:
+    """Refuse what ``engine.generate`` returned for ``batch`` prompts unless it is a
+    :class:`GenerationOutput` of ``batch`` responses: ``response_ids`` [B, R], a bool
+    ``response_mask`` of the same shape and ``log_probs`` of that shape (or None)."""
+    name = type(engine).__qualname__
+    ids = getattr(out, "response_ids", None)
+    mask = getattr(out, "response_mask", None)
+    log_probs = getattr(out, "log_probs", None)
+    if not (isinstance(ids, Tensor) and ids.dim() == 2 and ids.shape[0] == batch):
+        got = f"response_ids of shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else out
+        why = f"{name}.generate returned {got!r:.120} for {batch} prompts"
+    elif not (isinstance(mask, Tensor) and mask.dtype == torch.bool and mask.shape == ids.shape):
+        why = f"{name}.generate returned a response_mask that is not a bool [B, R] like its ids"
+    elif log_probs is not None and tuple(log_probs.shape) != tuple(ids.shape):
+        why = f"{name}.generate returned log_probs of another shape than its response_ids"
+    else:
+        return
+    raise EngineContractError(
+        f"{why}. Fix: return a lit_rlhf.types.GenerationOutput with response_ids [B, R] (B = "
+        "the prompts given), a bool response_mask [B, R] and log_probs [B, R] or None"
     )
 
 

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from lit_rlhf.algos import informative_groups
+from lit_rlhf.rewards.guarded import failed_samples
 from lit_rlhf.types import Rollout
 
 _ROW_FIELDS = ("query_ids", "tasks", "rows", "prompts", "responses")
@@ -106,7 +107,7 @@ class DynamicSampler:
     def add(self, rollout: Rollout, target: int, pad_id: int) -> Rollout | None:
         """Buffer the informative groups of ``rollout``; the update's rollout of exactly
         ``target`` groups once every rank holds that many, else None."""
-        keep = informative_groups(rollout.scores, rollout.group_ids)
+        keep = _informative(rollout)
         if bool(keep.any()):
             self.buffer.append(select_rows(rollout, keep.nonzero().squeeze(1)))
         self.rounds += 1
@@ -142,6 +143,17 @@ class DynamicSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rounds = int(state.get("rounds", 0))
         self.buffer = [Rollout(**r) for r in state.get("buffer", [])]
+
+
+def _informative(rollout: Rollout) -> Tensor:
+    """[B] bool: the samples of groups whose scores differ, among the samples whose reward did
+    not fail (``GuardedReward(on_error='mask')``: a placeholder score says nothing)."""
+    scored = ~failed_samples(rollout.reward_info, len(rollout)).to(rollout.scores.device)
+    if bool(scored.all()):
+        return informative_groups(rollout.scores, rollout.group_ids)
+    groups = rollout.group_ids[scored]
+    informative = groups[informative_groups(rollout.scores[scored], groups)]
+    return torch.isin(rollout.group_ids, informative)
 
 
 def _everyone_has(groups: int, target: int) -> bool:

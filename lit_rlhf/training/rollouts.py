@@ -17,7 +17,12 @@ from torch import Tensor, nn
 from lit_rlhf.rewards.adapt import as_reward
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.guarded import REWARD_ERROR_KEY, failed_samples
-from lit_rlhf.rollout.base import GenerationEngine
+from lit_rlhf.rollout.base import (
+    EngineContractError,
+    GenerationEngine,
+    check_generation,
+    engine_refusal,
+)
 from lit_rlhf.training.multiturn import MultiTurnRollout
 from lit_rlhf.training.protocols import RewardContext, reward_terms
 from lit_rlhf.types import GenerationOutput, Rollout
@@ -50,7 +55,7 @@ class RolloutCollector:
         if not callable(reward):
             raise TypeError(f"reward must be a RewardFunction (callable), got {type(reward)}")
         if not callable(getattr(engine, "generate", None)):
-            raise TypeError(f"engine must be a GenerationEngine, got {type(engine)}")
+            raise EngineContractError(engine_refusal(engine) or f"{engine!r} has no generate")
         if not math.isfinite(fallback):
             raise ValueError(f"reward_fallback must be a finite score, got {fallback}")
         self.engine = engine
@@ -106,9 +111,11 @@ class RolloutCollector:
         unscored; :meth:`scored` scores them (one-step-off training generates in a worker thread
         and scores in the main one)."""
         prompt_ids, prompt_mask, _ = _expanded(batch, samples_per_prompt)
-        return self.engine.generate(
+        out = self.engine.generate(
             policy, prompt_ids, prompt_mask, tokenizer, greedy=greedy, log_probs=log_probs
         )
+        check_generation(out, len(prompt_ids), self.engine)
+        return out
 
     @torch.no_grad()
     def scored(

@@ -3,8 +3,9 @@ folder outside the repository with the user's reward module in it (on ``PYTHONPA
 else). A reward that breaks its contract and a reward whose info lacks ``eval.pass_metric``
 each end the run at the first training rollout (the reward ran once, validation is off) with
 exit code 1 and one stderr line that names the setting and the fix; with ``LIT_RLHF_DEBUG=1``
-the error propagates with its traceback (in-process, where the traceback is the exception's);
-an error of an unknown kind always does."""
+the traceback is printed instead. In-process, the other known kinds (an environment or engine
+breaking its contract, a malformed data row) are one line too, and an error of an unknown kind
+keeps its traceback."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from lit_rlhf.cli.errors import one_line_errors
+from lit_rlhf.data import FilePrompts, PromptDataModule
+from lit_rlhf.envs import check_environment
+from lit_rlhf.models import load_tokenizer
 from lit_rlhf.rewards.adapt import RewardReturnError, as_scores
+from lit_rlhf.training import RolloutCollector
+from lit_rlhf.types import GenerationOutput
+from tests.helpers import prompt_loader
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "ppo" / "countdown_tiny.yaml")  # eval.pass_metric: correct
@@ -123,3 +131,58 @@ def test_with_lit_rlhf_debug_a_wrapped_error_propagates(monkeypatch, capsys) -> 
 def test_an_unknown_error_keeps_its_traceback() -> None:
     with pytest.raises(KeyError, match="a bug of the user's reward"), one_line_errors():
         raise KeyError("a bug of the user's reward")
+
+
+class WrongBatchEngine:
+    """An engine whose ``generate`` returns one response fewer than it was given prompts."""
+
+    temperature, max_new_tokens = 1.0, 4
+
+    def generate(self, model, input_ids, attention_mask, tokenizer, **kwargs):
+        ids = torch.zeros(len(input_ids) - 1, 4, dtype=torch.long)
+        return GenerationOutput(ids, torch.ones_like(ids, dtype=torch.bool), None)
+
+    def sync_weights(self, model):
+        pass
+
+
+def _environment_without_step() -> None:
+    class NoStep:
+        def reset(self, row):
+            pass
+
+    check_environment(NoStep())
+
+
+def _engine_with_a_wrong_batch() -> None:
+    tokenizer = load_tokenizer("builtin:tiny-llama")
+    collector = RolloutCollector(WrongBatchEngine(), lambda p, c: [0.0] * len(c))
+    batch = next(iter(prompt_loader(tokenizer, ["a", "b"], 2)))
+    collector.generate(None, tokenizer, batch, samples_per_prompt=2)  # type: ignore[arg-type]
+
+
+def _data_row_without_the_question(folder: Path) -> None:
+    rows = folder / "prompts.jsonl"
+    rows.write_text('{"question": "1 + 1?", "answer": "2"}\n{"problem": "2 + 2?", "answer": 4}\n')
+    data = PromptDataModule("builtin:tiny-llama", train=FilePrompts(str(rows)))
+    data.setup("fit")
+
+
+@pytest.mark.parametrize(
+    ("fail", "start"),
+    [
+        (_environment_without_step, "model.init_args.environment: environment "),
+        (_engine_with_a_wrong_batch, "model.init_args.engine: WrongBatchEngine.generate returned"),
+        (_data_row_without_the_question, "data.init_args.train: "),
+    ],
+    ids=["environment", "engine", "data"],
+)
+def test_environment_engine_and_data_errors_are_one_line(
+    fail, start: str, tmp_path: Path, capsys
+) -> None:
+    with pytest.raises(SystemExit) as ended, one_line_errors():
+        fail(tmp_path) if fail is _data_row_without_the_question else fail()
+    err = capsys.readouterr().err  # (datasets may draw progress bars on it)
+    lines = [line for line in err.splitlines() if line.startswith("lit-rlhf: error:")]
+    assert ended.value.code == 1 and len(lines) == 1 and "Traceback" not in err
+    assert lines[0].startswith(f"lit-rlhf: error: {start}") and "Fix: " in lines[0]

@@ -18,6 +18,7 @@ from lit_rlhf.rewards import GuardedReward, WeightedRewards
 from lit_rlhf.rewards.guarded import REWARD_MASKED_KEY, failed_samples
 from lit_rlhf.settings import AdvantageSettings
 from lit_rlhf.training import PPOSettings, PPOUpdate
+from lit_rlhf.training.dynamic_sampling import DynamicSampler
 from lit_rlhf.training.experience import build_experience
 from lit_rlhf.types import RewardOutput, Rollout
 from tests.helpers import prompt_loader
@@ -181,3 +182,10 @@ def test_a_batch_with_nothing_left_makes_no_optimizer_step(tiny_model_dir, tmp_p
     assert all(torch.equal(p, b) for p, b in zip(module.policy.parameters(), before, strict=True))
     assert float(run.logged_metrics["fault/empty_update"]) == 1.0
     assert float(run.logged_metrics["fault/reward_masked"]) == 16.0  # 4 prompts x 4 samples
+
+
+def test_dynamic_sampling_judges_a_group_by_its_scored_samples() -> None:
+    # group 0 differs only through its failed sample's placeholder: it carries no signal
+    ro = rollout([1.0, 1.0, 9.0, 1.0, 0.0, 1.0, 0.0, 1.0], [2])
+    update = DynamicSampler(max_rounds=2).add(ro, target=1, pad_id=0)
+    assert update is not None and update.scores.tolist() == [0.0, 1.0, 0.0, 1.0]
