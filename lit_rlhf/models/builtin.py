@@ -2,6 +2,9 @@
 and cached under ``$LIT_RLHF_CACHE`` (default ``~/.cache/lit_rlhf``).
 
 - ``builtin:tiny-llama`` / ``builtin:tiny-qwen2``: random 0.1M-parameter networks for tests.
+- ``builtin:tiny-llama-agent``: ``tiny-llama`` warm-started on the shipped scripted multi-turn
+  demonstrations (:mod:`lit_rlhf.models.warm_start`; seconds on first use): it ends its turns,
+  so the tiny multi-turn configs' episodes take several turns.
 - ``builtin:small-llama``: random 3.1M parameters (hidden 256, 4 layers, 4 heads, intermediate
   512, tied embeddings, 2048-token BPE) for CPU experiments and the peer benchmark's "tiny".
 - ``builtin:mid-llama``: random 22.0M parameters (hidden 512, 8 layers, 8 heads, intermediate
@@ -21,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lit_rlhf.models.tiny import TinyModelSpec, write_tiny_model
+from lit_rlhf.models.warm_start import demos_digest, read_demos, warm_start
 
 PREFIX = "builtin:"
 _TINY_VERSION = "v2"  # v2: small-llama's tokenizer really has 2048 tokens
@@ -49,7 +53,9 @@ _TINY_SPECS = {
     ),
 }
 SMOLLM2 = "smollm2-135m-instruct"
-BUILTIN_NAMES = (*_TINY_SPECS, SMOLLM2)
+AGENT = "tiny-llama-agent"
+_AGENT_VERSION = "v1"
+BUILTIN_NAMES = (*_TINY_SPECS, AGENT, SMOLLM2)
 
 
 def cache_dir() -> Path:
@@ -66,6 +72,8 @@ def resolve_builtin(name: str) -> str:
     if key in _TINY_SPECS:
         spec = _TINY_SPECS[key]
         return str(_cached(f"{key}-{_TINY_VERSION}", lambda p: write_tiny_model(p, spec)))
+    if key == AGENT:  # the demonstrations' digest: a rewritten file builds a new model
+        return str(_cached(f"{key}-{_AGENT_VERSION}-{demos_digest()}", _build_agent))
     if key == SMOLLM2:
         return str(_cached(f"{key}-{_SMOLLM2_VERSION}", _convert_smollm2))
     raise ValueError(
@@ -92,6 +100,11 @@ def _cached(key: str, build: Callable[[Path], object]) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _build_agent(out: Path) -> None:
+    write_tiny_model(out, _TINY_SPECS["tiny-llama"])
+    warm_start(out, read_demos())
 
 
 def smollm2_gguf_path() -> Path:
