@@ -50,7 +50,7 @@ def test_each_algorithm_trains(tiny_model_dir, tmp_path, kwargs):
     run.fit(module, prompt_loader(module.tokenizer, PROMPTS, 4))
     assert module.rollout_step == 2
     changed = [n for n, p in module.policy.named_parameters() if not torch.equal(p, before[n])]
-    if kwargs.get("overlong_filter"):
+    if kwargs.get("rollout", {}).get("overlong_filter"):
         # the tiny model rarely ends within 8 tokens: the filter must then leave those out
         assert "rollout/overlong_filtered" in run.logged_metrics
         assert "rollout/overlong_penalty" in run.logged_metrics
