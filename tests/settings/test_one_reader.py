@@ -24,7 +24,10 @@ VALIDATION = {"rules", "check", "__post_init__", "refuse", "key", "refuse_unread
 # pinned: a new reader of one of these fails the test until it is listed here with its reason.
 _CHECK = "a check across groups or at setup (PPOSettings, the module's setup) and the use"
 EXCEPTIONS: dict[tuple[str, str], tuple[int, str]] = {
-    ("advantage", "estimator"): (5, f"{_CHECK}; GRM refuses any but grpo; the critic's kind"),
+    ("advantage", "estimator"): (
+        6,
+        f"{_CHECK}; GRM refuses any but grpo; the critic's kind; the samples a failed reward drops",
+    ),
     ("judge", "critique_template"): (
         2,
         "passed to the judge's reward, checked by reflective inference",
