@@ -265,7 +265,7 @@ def test_a_hostile_program_is_contained(
 ) -> None:
     port = server.getsockname()[1]
     weak = variant.endswith("+no_userns")
-    report = _run_trainer(variant, str(out_dir), port, allow_weak=weak)
+    report = _run_trainer(variant, str(out_dir), port, weak)
     record = report["by_program"][program]
     stdout, output = record["stdout"], record["stdout"] + record["stderr"]
     assert "reached:" in stdout, record  # the walk ran
@@ -280,8 +280,8 @@ def test_a_hostile_program_is_contained(
     assert SECRET not in output
     assert record["signals"] == 0
     assert _processes_with(TOKEN) == []
-    server.settimeout(0.05)
-    with pytest.raises(TimeoutError):  # nothing connected to the test's server
+    server.setblocking(False)
+    with pytest.raises(BlockingIOError):  # nothing connected to the test's server
         server.accept()
     if program == "frame_walk" and "no_hook" not in variant:  # the boot's frames, the hook's
         assert "sandbox_boot.py" in stdout and "sandbox_hook.py" in stdout, stdout
