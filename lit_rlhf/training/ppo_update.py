@@ -192,8 +192,9 @@ class PPOUpdate:
         gradient callback (MGS). The token-mean denominator stays the whole mini-batch's.
         With ``micro_batch_tokens`` they are token-budget plans of whole groups
         (:func:`~lit_rlhf.training.packing.plan_token_budget`), equal in number on every rank."""
-        mask = self.experience.counted[index]
+        mask, kept = self.experience.counted[index], self.experience.kept
         n_tokens = mask.sum().clamp(min=1)
+        n_seqs = len(index) if kept is None else max(1, int(kept[index].sum()))  # failed rewards
         if not by_task:
             parts = [("", index)]
         else:
@@ -203,7 +204,7 @@ class PPOUpdate:
                 groups.setdefault(tasks[row], []).append(row)
             parts = [(t, torch.tensor(groups[t], dtype=index.dtype)) for t in sorted(groups)]
         out = [
-            MicroBatch(micro, n_tokens, len(index), task)
+            MicroBatch(micro, n_tokens, n_seqs, task)
             for task, rows in parts
             for micro in self._split(rows)
         ]

@@ -91,9 +91,10 @@ def test_fallback_mode_trains_on_the_fallback_score() -> None:
 
 
 class FlakyReward:
-    """Score = the digit share of the completion; the batch call raises whenever any sample is
-    to fail, and so does the k-th single-sample call for k in ``fail`` (GuardedReward re-scores
-    the batch sample by sample, in order). ``fail=None``: every call raises."""
+    """Score = the completion's distinct characters / 10 (varied, so advantages are not 0); the
+    batch call raises whenever any sample is to fail, and so does the k-th single-sample call
+    for k in ``fail`` (GuardedReward re-scores the batch sample by sample, in order).
+    ``fail=None``: every call raises."""
 
     def __init__(self, fail: set[int] | None) -> None:
         self.fail, self.single = fail, 0
@@ -106,8 +107,7 @@ class FlakyReward:
             k, self.single = self.single, self.single + 1
             if self.fail is None or k in self.fail:
                 raise ConnectionError("verifier unreachable")
-        share = [sum(c.isdigit() for c in x) / max(1, len(x)) for x in completions]
-        return RewardOutput(torch.tensor(share))
+        return RewardOutput(torch.tensor([len(set(x)) / 10 for x in completions]))
 
 
 def test_one_failed_part_of_weighted_rewards_masks_the_whole_sample() -> None:
@@ -119,9 +119,9 @@ def test_one_failed_part_of_weighted_rewards_masks_the_whole_sample() -> None:
     assert failed_samples(out.info, 3).tolist() == [False, True, False]
 
 
-def _module_experience(tiny_model_dir: str, fail: set[int]) -> tuple[Any, Any]:
+def _module_experience(tiny_model_dir: str, fail: set[int], **kwargs: Any) -> tuple[Any, Any]:
     reward = GuardedReward(FlakyReward(fail), timeout_s=None)
-    module = make_module(tiny_model_dir, reward=reward)
+    module = make_module(tiny_model_dir, reward=reward, **kwargs)
     module.configure_model()
     module.trainer = L.Trainer(logger=False, enable_progress_bar=False)
     batch = next(iter(prompt_loader(module.tokenizer, PROMPTS[:4], 4)))
@@ -130,25 +130,33 @@ def _module_experience(tiny_model_dir: str, fail: set[int]) -> tuple[Any, Any]:
         return module, module.prepare_update(module.collect_rollout(batch))
 
 
-def test_a_failed_sample_has_no_weight_in_the_loss(tiny_model_dir) -> None:
-    module, exp = _module_experience(tiny_model_dir, {1, 6})  # groups of 4: one fail in 0, 1
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean"])
+def test_a_failed_sample_has_no_weight_in_the_loss(tiny_model_dir, loss_agg: str) -> None:
+    # groups of 4: one failure in group 0 and one in group 1
+    module, exp = _module_experience(tiny_model_dir, {1, 6}, loss={"loss_agg": loss_agg})
     kept = exp.kept.clone()
     assert (~kept).nonzero().squeeze(1).tolist() == [1, 6]
 
-    def loss(rows: list[int]) -> torch.Tensor:
+    def gradient(rows: list[int]) -> torch.Tensor:
+        """The policy's gradient of the loss of the mini-batch ``rows`` (GRPO's advantages sum
+        to 0 over a group, so a sequence-mean loss is ~0 itself: its gradient is compared)."""
         update = PPOUpdate(
             module.policy, module.settings, exp, temperature=1.0, kl_coef=0.0,
             use_current_as_old=True,
         )  # fmt: skip
-        return update.loss(update.micro_batches(torch.tensor(rows))[0])
+        module.policy.zero_grad()
+        for micro in update.micro_batches(torch.tensor(rows)):  # accumulated, as one step does
+            update.loss(micro).backward()
+        return torch.cat([p.grad.flatten() for p in module.policy.parameters()])
 
-    masked = loss(list(range(len(exp))))
+    masked = gradient(list(range(len(exp))))
+    assert masked.abs().sum() > 0
     exp.kept = None
-    alone = loss(kept.nonzero().squeeze(1).tolist())  # the kept rows as their own mini-batch
-    torch.testing.assert_close(masked, alone, atol=1e-6, rtol=1e-5)
+    alone = gradient(kept.nonzero().squeeze(1).tolist())  # the kept rows as their own batch
+    torch.testing.assert_close(masked, alone, atol=1e-7, rtol=1e-5)
     exp.advantages[1] = 100.0  # what a failed row holds cannot reach the loss
     exp.kept = kept
-    torch.testing.assert_close(loss(list(range(len(exp)))), masked)
+    torch.testing.assert_close(gradient(list(range(len(exp)))), masked)
 
 
 def test_training_goes_on_and_counts_the_masked_samples(tiny_model_dir, tmp_path) -> None:
