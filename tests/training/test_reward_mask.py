@@ -7,19 +7,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import lightning as L
 import pytest
 import torch
 
-from lit_rlhf.algos import group_advantages, reinforce_pp_advantages
+from lit_rlhf.algos import (
+    gae,
+    group_advantages,
+    masked_whiten,
+    reinforce_pp_advantages,
+    token_level_rewards,
+)
 from lit_rlhf.rewards import GuardedReward, WeightedRewards
 from lit_rlhf.rewards.guarded import REWARD_MASKED_KEY, failed_samples
 from lit_rlhf.settings import AdvantageSettings
 from lit_rlhf.training import PPOSettings, PPOUpdate
 from lit_rlhf.training.dynamic_sampling import DynamicSampler
-from lit_rlhf.training.experience import build_experience
+from lit_rlhf.training.experience import build_experience, compute_advantages
+from lit_rlhf.training.reward_mask import kept_advantages, kept_samples
 from lit_rlhf.types import RewardOutput, Rollout
 from tests.helpers import prompt_loader
 from tests.modules.test_ppo import PROMPTS, make_module, trainer
@@ -81,6 +89,23 @@ def test_reinforce_pp_whitens_over_the_remaining_samples_only() -> None:
     alone = reinforce_pp_advantages(ro.scores[kept], ro.response_mask[kept])
     torch.testing.assert_close(exp.advantages[kept], alone)
     assert exp.kept.tolist() == kept.tolist() and not exp.advantages[~kept].any()
+
+
+def test_gae_whitens_over_the_remaining_samples_only() -> None:
+    ro, values = rollout(SCORES, FAILED), torch.randn(len(SCORES), 2)
+    settings = PPOSettings(advantage=AdvantageSettings(estimator="gae", whiten=True))
+    kept = kept_samples(ro, "gae")
+    assert kept is not None and kept.tolist() == [i not in FAILED for i in range(len(SCORES))]
+    compute = partial(compute_advantages, settings=settings, kl_coef=0.0)
+    adv, returns = kept_advantages(
+        kept, compute, ro, old_log_probs=None, ref_log_probs=None, values=values
+    )
+    mask = ro.response_mask[kept]
+    rewards = token_level_rewards(ro.scores[kept], mask)
+    alone, alone_returns = gae(rewards, values[kept], mask, gamma=1.0, lam=1.0)
+    torch.testing.assert_close(adv[kept], masked_whiten(alone, mask))
+    torch.testing.assert_close(returns[kept], alone_returns)
+    assert not adv[~kept].any() and not returns[~kept].any()
 
 
 def test_fallback_mode_trains_on_the_fallback_score() -> None:
