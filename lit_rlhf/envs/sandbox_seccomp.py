@@ -8,7 +8,9 @@ processes and the kernel's namespaces and mounts:
 
 - file-system nodes: ``mknod``/``mknodat`` (``os.mkfifo``, ``os.mknod``);
 - other processes: ``kill``, ``tkill``, ``rt_(tg)sigqueueinfo``, ``pidfd_open``,
-  ``pidfd_send_signal``, ``pidfd_getfd``, ``ptrace``, ``process_vm_readv``/``writev``, ``kcmp``;
+  ``pidfd_send_signal``, ``pidfd_getfd``, ``ptrace``, ``process_vm_readv``/``writev``, ``kcmp``,
+  and what changes another process's priority, CPU set or memory placement
+  (``setpriority``, ``sched_set*``, ``ioprio_set``, ``migrate_pages``, ``move_pages``);
 - new processes and sessions: ``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD`` or with a
   namespace flag, ``setsid``, ``setpgid`` (threads stay allowed; ``clone3``, whose flags a
   filter cannot read, answers ``ENOSYS`` so the C library falls back to ``clone``);
@@ -43,6 +45,8 @@ _DENIED = (
     "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
     "io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "personality",
+    "setpriority", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr",
+    "ioprio_set", "migrate_pages", "move_pages",
 )  # fmt: skip
 # machine -> (AUDIT_ARCH value, the first number of a foreign ABI or None, numbers by name)
 _ARCHES: dict[str, tuple[int, int | None, dict[str, int]]] = {
@@ -59,7 +63,9 @@ _ARCHES: dict[str, tuple[int, int | None, dict[str, int]]] = {
         "io_uring_enter": 426, "io_uring_register": 427, "kexec_load": 246,
         "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176,
         "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "personality": 135,
-        "clone": 56, "clone3": 435,
+        "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144,
+        "sched_setaffinity": 203, "sched_setattr": 314, "ioprio_set": 251,
+        "migrate_pages": 256, "move_pages": 279, "clone": 56, "clone3": 435,
     }),
     "aarch64": (0xC00000B7, None, {
         "mknodat": 33, "kill": 129, "tkill": 130, "rt_sigqueueinfo": 138,
@@ -73,8 +79,10 @@ _ARCHES: dict[str, tuple[int, int | None, dict[str, int]]] = {
         "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "kexec_load": 104, "kexec_file_load": 294,
         "init_module": 105, "finit_module": 273, "delete_module": 106, "reboot": 142,
-        "swapon": 224, "swapoff": 225, "acct": 89, "personality": 92, "clone": 220,
-        "clone3": 435,
+        "swapon": 224, "swapoff": 225, "acct": 89, "personality": 92, "setpriority": 140,
+        "sched_setparam": 118, "sched_setscheduler": 119, "sched_setaffinity": 122,
+        "sched_setattr": 274, "ioprio_set": 30, "migrate_pages": 238, "move_pages": 239,
+        "clone": 220, "clone3": 435,
     }),
 }  # fmt: skip
 

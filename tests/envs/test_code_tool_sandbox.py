@@ -251,3 +251,22 @@ def test_the_code_cannot_signal_the_trainer() -> None:
     result = run_python(code + "print('reached')")
     assert result.reason == "error" and "reached" not in result.stdout
     assert "PermissionError: [Errno 1]" in result.stderr
+
+
+def test_the_seccomp_filter_names_only_numbers_it_knows() -> None:
+    # Every refused call has a number on each architecture that has it (x86_64's fork and
+    # vfork and mknod have no aarch64 twin).
+    numbers = {machine: table for machine, (_, _, table) in sandbox_seccomp._ARCHES.items()}
+    for name in sandbox_seccomp._DENIED:
+        assert name in numbers["x86_64"], name
+        assert name in numbers["aarch64"] or name in ("fork", "vfork", "mknod"), name
+    assert len(set(numbers["x86_64"].values())) == len(numbers["x86_64"])
+    assert len(set(numbers["aarch64"].values())) == len(numbers["aarch64"])
+
+
+def test_the_code_cannot_change_other_processes_scheduling() -> None:
+    require_layers("seccomp")
+    code = "import os\nos.sched_setaffinity(0, {0})\nprint('reached')"
+    result = run_python(code)
+    assert result.reason == "error" and "reached" not in result.stdout
+    assert "PermissionError: [Errno 1]" in result.stderr
