@@ -73,7 +73,7 @@ class SandboxResult:
     """Seconds from start to exit."""
     layers: tuple[str, ...]
     """Layers that held: rlimits, audit_hook, userns, netns, pidns, fresh_proc, readonly_fs,
-    no_capabilities, seccomp."""
+    noexec_scratch, no_capabilities, seccomp."""
 
     def observation(self, max_chars: int = 4000) -> str:
         """The result as the text an agent reads, at most ``max_chars`` characters."""

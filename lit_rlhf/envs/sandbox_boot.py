@@ -57,6 +57,8 @@ def layers(parent_net_ns: str, parent_user_ns: str) -> list[str]:
                 found.append("fresh_proc")
         if os.statvfs("/").f_flag & os.ST_RDONLY:
             found.append("readonly_fs")
+        if os.statvfs(".").f_flag & os.ST_NOEXEC:
+            found.append("noexec_scratch")
         if _status("CapEff") and int(_status("CapEff"), 16) == 0:
             found.append("no_capabilities")
         if _status("Seccomp") == "2":

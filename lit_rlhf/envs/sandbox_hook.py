@@ -147,10 +147,29 @@ def open_verdict(
     return None
 
 
+def import_verdict(
+    args: tuple[Any, ...], scratch: str, inside: Any = None, type_: Any = None,
+    str_: Any = None, len_: Any = None, banned_modules: frozenset[str] = BANNED_MODULES,
+) -> str | None:  # fmt: skip
+    """The verdict on an ``import`` event: a banned module under any dotted name (an extension
+    loaded as ``pkg._ctypes`` runs ``_ctypes``'s init: the last part names it), or an
+    extension module file in the scratch folder (the code's own native code)."""
+    name = args[0]
+    if type_(name) is not str_:
+        return "import of a module named by a non-str"
+    for part in name.split("."):
+        if part in banned_modules:
+            return f"import of {name}"
+    filename = args[1] if len_(args) > 1 else None
+    if filename is not None and (type_(filename) is not str_ or inside(filename, scratch)):
+        return f"import of {name} from a file of the code's own"
+    return None
+
+
 def verdict(
     event: str, args: tuple[Any, ...], scratch: str, open_verdict: Any = None,
-    inside: Any = None, type_: Any = None, str_: Any = None, int_: Any = None, len_: Any = None,
-    function_: Any = None, private: Any = None, banned_modules: frozenset[str] = BANNED_MODULES,
+    import_verdict: Any = None, inside: Any = None, type_: Any = None, str_: Any = None,
+    int_: Any = None, len_: Any = None, function_: Any = None, private: Any = None,
     banned_prefixes: tuple[str, ...] = BANNED_EVENT_PREFIXES,
     guarded: frozenset[str] = GUARDED_ATTRIBUTES,
     path_events: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = PATH_EVENTS,
@@ -159,17 +178,15 @@ def verdict(
     if event == "open":
         return open_verdict(args, scratch)
     if event == "import":
-        name = args[0]
-        if type_(name) is not str_:
-            return "import of a module named by a non-str"
-        top = name.split(".")[0]
-        return f"import of {name}" if name in banned_modules or top in banned_modules else None
+        return import_verdict(args, scratch)
     if event.startswith(banned_prefixes):
         return event
     if event == "object.__setattr__" or event == "object.__delattr__":
         target, name = args[0], args[1]
         ours = type_(target) is function_ and target.__globals__ is private
-        return f"{event} {name!r} of the audit hook" if ours and name in guarded else None
+        if ours and (type_(name) is not str_ or name in guarded):
+            return f"{event} of the audit hook's functions"
+        return None
     for name, paths, dir_fds in path_events:
         if name != event:
             continue
@@ -221,7 +238,8 @@ def build(scratch: str, refused: list[str]) -> Any:
     within = bind(inside, real_path=real)
     on_open = bind(open_verdict, inside=within, real_path=real, stat=os.stat,
                    pid=str(os.getpid()), os_error=OSError)  # fmt: skip
-    judge = bind(verdict, open_verdict=on_open, inside=within, function_=function,
-                 private=private)  # fmt: skip
+    on_import = bind(import_verdict, inside=within)
+    judge = bind(verdict, open_verdict=on_open, import_verdict=on_import, inside=within,
+                 function_=function, private=private)  # fmt: skip
     return bind(hook, verdict=judge, scratch=scratch, refused=refused,
                 permission_error=PermissionError)  # fmt: skip

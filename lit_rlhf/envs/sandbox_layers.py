@@ -16,7 +16,7 @@ unprivileged users unless the host blocks it (Ubuntu's
   not exist), signalled or traced; when the waiting process dies, pid 1 is killed
   (``PR_SET_PDEATHSIG``), and with it every process of the namespace;
 - a new mount namespace in which every mount is read-only except a bind mount of the scratch
-  folder (writes elsewhere fail with EROFS even for root);
+  folder (writes elsewhere fail with EROFS even for root), which is ``noexec``;
 - an empty capability bounding set and ``no_new_privs``, so the child cannot remount, load
   modules, trace or signal other users' processes, or regain privileges;
 - a seccomp filter (:mod:`lit_rlhf.envs.sandbox_seccomp`; needs only ``no_new_privs``, so it
@@ -47,6 +47,7 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 1 << 14, 1 << 18
 # mount_setattr's number is 442 on every architecture (the unified table since Linux 5.12).
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
+_MOUNT_ATTR_NOSUID_NODEV_NOEXEC = 0x2 | 0x4 | 0x8
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
 
 
@@ -173,7 +174,10 @@ def _readonly_except(libc: ctypes.CDLL, scratch: str) -> None:
     if libc.mount(path, path, None, _MS_BIND, None) != 0:
         return  # without its own mount, scratch would turn read-only with the rest
     set_rdonly = ctypes.create_string_buffer(struct.pack("QQQQ", _MOUNT_ATTR_RDONLY, 0, 0, 0))
-    clear_rdonly = ctypes.create_string_buffer(struct.pack("QQQQ", 0, _MOUNT_ATTR_RDONLY, 0, 0))
+    # The scratch folder: writable, but nothing in it runs as native code (no exec, no mmap
+    # PROT_EXEC of a file written there: a C extension the code wrote cannot be loaded).
+    writable = (_MOUNT_ATTR_NOSUID_NODEV_NOEXEC, _MOUNT_ATTR_RDONLY, 0, 0)
+    clear_rdonly = ctypes.create_string_buffer(struct.pack("QQQQ", *writable))
     root_ro = libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, b"/", _AT_RECURSIVE, set_rdonly, 32)
     if root_ro == 0:
         libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path, 0, clear_rdonly, 32)

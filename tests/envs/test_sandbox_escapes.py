@@ -168,6 +168,30 @@ PROGRAMS = {
     "mknod": _attempts(
         ("mknod", "import os, stat\nos.mknod(OUT + '/escape.node', 0o600 | stat.S_IFREG)")
     ),
+    "native_code": "import importlib.machinery, importlib.util, os, shutil, sys\n"
+    + "so = [os.path.join(d, f) for d in sys.path if os.path.isdir(d) for f in os.listdir(d)]\n"
+    + _attempts(
+        (
+            "_ctypes loaded as evil._ctypes, libc called",
+            "path = [f for f in so if f.rsplit('/', 1)[-1].startswith('_ctypes.')][0]\n"
+            "loader = importlib.machinery.ExtensionFileLoader('evil._ctypes', path)\n"
+            "spec = importlib.util.spec_from_file_location('evil._ctypes', path, loader=loader)\n"
+            "sys.modules['_ctypes'] = importlib.util.module_from_spec(spec)\n"
+            "import ctypes\nlibc = ctypes.CDLL(None)\n"
+            "fd = libc.open((OUT + '/native.txt').encode(), os.O_WRONLY | os.O_CREAT, 0o600)\n"
+            "fifo = libc.mkfifo((OUT + '/native.fifo').encode(), 0o600)\n"
+            "sig = libc.kill(TRAINER_PID, 10)  # SIGUSR1\n"
+            "assert fd >= 0 or fifo == 0 or sig == 0, (fd, fifo, sig)",
+        ),
+        (
+            "an extension module copied into the scratch folder",
+            "path = [f for f in so if f.rsplit('/', 1)[-1].startswith('math.')][0]\n"
+            "shutil.copyfile(path, 'copy.so')\n"
+            "loader = importlib.machinery.ExtensionFileLoader('math', 'copy.so')\n"
+            "spec = importlib.util.spec_from_file_location('math', 'copy.so', loader=loader)\n"
+            "importlib.util.module_from_spec(spec)",
+        ),
+    ),
     "readline": _attempts(
         ("write_history_file", "import readline\nreadline.write_history_file(OUT + '/history')"),
     ),
