@@ -27,7 +27,7 @@ from lit_rlhf.settings import AdvantageSettings
 from lit_rlhf.training import PPOSettings, PPOUpdate
 from lit_rlhf.training.dynamic_sampling import DynamicSampler
 from lit_rlhf.training.experience import build_experience, compute_advantages
-from lit_rlhf.training.reward_mask import kept_advantages, kept_samples
+from lit_rlhf.training.reward_mask import kept_advantages, kept_samples, rollout_rows
 from lit_rlhf.types import RewardOutput, Rollout
 from tests.helpers import prompt_loader
 from tests.modules.test_ppo import PROMPTS, make_module, trainer
@@ -222,3 +222,17 @@ def test_dynamic_sampling_judges_a_group_by_its_scored_samples() -> None:
     ro = rollout([1.0, 1.0, 9.0, 1.0, 0.0, 1.0, 0.0, 1.0], [2])
     update = DynamicSampler(max_rounds=2).add(ro, target=1, pad_id=0)
     assert update is not None and update.scores.tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_the_remaining_samples_keep_their_multi_turn_fields() -> None:
+    ro = rollout([0.0, 1.0, 2.0, 3.0], None)
+    ro.agent_mask = torch.tensor([[True, False]] * 4)
+    ro.turn_ends = torch.tensor([[0, -1], [0, 1], [1, -1], [0, 1]])
+    ro.turn_rewards = torch.arange(8.0).reshape(4, 2)
+    ro.cut = torch.tensor([False, True, False, False])
+    ro.term_stats = {"env/turns": torch.tensor(1.5)}
+    part = rollout_rows(ro, torch.tensor([3, 1]))
+    assert part.scores.tolist() == [3.0, 1.0] and part.responses == ["", ""]
+    assert part.turn_ends.tolist() == [[0, 1], [0, 1]] and part.cut.tolist() == [False, True]
+    assert part.turn_rewards.tolist() == [[6.0, 7.0], [2.0, 3.0]]
+    assert part.agent_mask.shape == (2, 2) and float(part.term_stats["env/turns"]) == 1.5
