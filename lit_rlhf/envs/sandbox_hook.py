@@ -47,6 +47,12 @@ BANNED_MODULES = frozenset(
 )  # fmt: skip
 # Attributes whose change would swap the code of one of the hook's functions.
 GUARDED_ATTRIBUTES = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+# event -> (argument index, refused values): the fcntl and ioctl commands that make the kernel
+# signal another process (SIGIO) when a descriptor is ready.
+SIGNAL_OWNER_EVENTS = (
+    ("fcntl.fcntl", 1, frozenset({8, 10, 15})),  # F_SETOWN, F_SETSIG, F_SETOWN_EX
+    ("fcntl.ioctl", 1, frozenset({0x8901, 0x8902})),  # FIOSETOWN, SIOCSPGRP
+)
 # event -> (indices of path arguments, indices of dir_fd arguments); the audit events of
 # CPython 3.10-3.12 (docs.python.org/3/library/audit_events.html).
 PATH_EVENTS = (
@@ -172,6 +178,7 @@ def verdict(
     int_: Any = None, len_: Any = None, function_: Any = None, private: Any = None,
     banned_prefixes: tuple[str, ...] = BANNED_EVENT_PREFIXES,
     guarded: frozenset[str] = GUARDED_ATTRIBUTES,
+    owner_events: tuple[tuple[str, int, frozenset[int]], ...] = SIGNAL_OWNER_EVENTS,
     path_events: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = PATH_EVENTS,
 ) -> str | None:  # fmt: skip
     """Why the event is refused, or None to allow it."""
@@ -187,6 +194,9 @@ def verdict(
         if ours and (type_(name) is not str_ or name in guarded):
             return f"{event} of the audit hook's functions"
         return None
+    for name, index, commands in owner_events:
+        if name == event and (type_(args[index]) is not int_ or args[index] in commands):
+            return f"{event} with a command that signals another process"
     for name, paths, dir_fds in path_events:
         if name != event:
             continue

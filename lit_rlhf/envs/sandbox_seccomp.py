@@ -11,6 +11,8 @@ processes and the kernel's namespaces and mounts:
   ``pidfd_send_signal``, ``pidfd_getfd``, ``ptrace``, ``process_vm_readv``/``writev``, ``kcmp``,
   and what changes another process's priority, CPU set or memory placement
   (``setpriority``, ``sched_set*``, ``ioprio_set``, ``migrate_pages``, ``move_pages``);
+- signals by proxy: ``fcntl`` ``F_SETOWN``/``F_SETSIG``/``F_SETOWN_EX`` and ``ioctl``
+  ``FIOSETOWN``/``SIOCSPGRP`` (SIGIO to another process when a descriptor is ready);
 - new processes and sessions: ``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD`` or with a
   namespace flag, ``setsid``, ``setpgid`` (threads stay allowed; ``clone3``, whose flags a
   filter cannot read, answers ``ENOSYS`` so the C library falls back to ``clone``);
@@ -32,9 +34,12 @@ import struct
 
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW, _RET_ERRNO, _RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
-_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg 0's low word: little-endian)
+_NR, _ARCH, _ARG0, _ARG1 = 0, 4, 16, 24  # offsets in struct seccomp_data (low words: LE)
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _CLONE_THREAD, _CLONE_NAMESPACES = 0x00010000, 0x7E020000  # NEWNS|CGROUP|UTS|IPC|USER|PID|NET
+# Commands that make the kernel signal another process when a descriptor is ready (SIGIO):
+# fcntl F_SETOWN, F_SETSIG, F_SETOWN_EX; ioctl FIOSETOWN, SIOCSPGRP.
+_SIGNAL_OWNER = {"fcntl": (8, 10, 15), "ioctl": (0x8901, 0x8902)}
 
 _DENIED = (
     "mknod", "mknodat", "kill", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open",
@@ -65,7 +70,8 @@ _ARCHES: dict[str, tuple[int, int | None, dict[str, int]]] = {
         "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "personality": 135,
         "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144,
         "sched_setaffinity": 203, "sched_setattr": 314, "ioprio_set": 251,
-        "migrate_pages": 256, "move_pages": 279, "clone": 56, "clone3": 435,
+        "migrate_pages": 256, "move_pages": 279, "clone": 56, "clone3": 435, "fcntl": 72,
+        "ioctl": 16,
     }),
     "aarch64": (0xC00000B7, None, {
         "mknodat": 33, "kill": 129, "tkill": 130, "rt_sigqueueinfo": 138,
@@ -82,7 +88,7 @@ _ARCHES: dict[str, tuple[int, int | None, dict[str, int]]] = {
         "swapon": 224, "swapoff": 225, "acct": 89, "personality": 92, "setpriority": 140,
         "sched_setparam": 118, "sched_setscheduler": 119, "sched_setaffinity": 122,
         "sched_setattr": 274, "ioprio_set": 30, "migrate_pages": 238, "move_pages": 239,
-        "clone": 220, "clone3": 435,
+        "clone": 220, "clone3": 435, "fcntl": 25, "ioctl": 29,
     }),
 }  # fmt: skip
 
@@ -107,6 +113,10 @@ def filter_program(machine: str | None = None) -> bytes | None:
         if name in numbers:
             ops += [_op(_JEQ, numbers[name], jf=1), deny]
     ops += [_op(_JEQ, numbers["clone3"], jf=1), _op(_RET, _RET_ERRNO | errno.ENOSYS)]
+    for name, commands in _SIGNAL_OWNER.items():  # allowed unless arg 1 is one of these
+        ops += [_op(_JEQ, numbers[name], jf=len(commands) + 3), _op(_LD_W_ABS, _ARG1)]
+        ops += [_op(_JEQ, command, jt=len(commands) - i) for i, command in enumerate(commands)]
+        ops += [_op(_RET, _RET_ALLOW), deny]
     ops += [
         _op(_JEQ, numbers["clone"], jf=5),
         _op(_LD_W_ABS, _ARG0),

@@ -1,6 +1,7 @@
 """A trainer stand-in for tests/envs/test_sandbox_escapes.py: it runs programs in the code
 sandbox from its own process, so that its environment holds a secret, its pid can be signalled
-and it can run as another user, and reports what happened as JSON on stdout.
+(SIGUSR1 and SIGIO are counted) and it can run as another user, and reports what happened as
+JSON on stdout.
 
 Usage: ``python tests/envs/sandbox_trainer.py REPO [--no-userns] [--no-hook]`` with a JSON
 request on stdin: ``{"programs": [code, ...], "allow_weak": bool, "timeout_s": float}``;
@@ -69,7 +70,8 @@ def main() -> None:
     if "--no-userns" in sys.argv:
         sandbox_layers._LIBC = _NoNamespaces(sandbox_layers._LIBC)  # type: ignore[assignment]
     received: list[int] = []
-    signal.signal(signal.SIGUSR1, lambda signum, frame: received.append(signum))
+    for signum in (signal.SIGUSR1, signal.SIGIO):
+        signal.signal(signum, lambda signum, frame: received.append(signum))
     request = json.load(sys.stdin)
     results = []
     for program in request["programs"]:

@@ -155,6 +155,14 @@ PROGRAMS = {
         ),
         ("kill", "import os, signal\nos.kill(TRAINER_PID, signal.SIGUSR1)"),
     ),
+    "sigio_owner": _attempts(
+        (
+            "SIGUSR1 by fcntl F_SETOWN/F_SETSIG on a pipe",
+            "import fcntl, os\nr, w = os.pipe()\nfcntl.fcntl(r, fcntl.F_SETOWN, TRAINER_PID)\n"
+            "fcntl.fcntl(r, fcntl.F_SETSIG, 10)\n"
+            "fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC | os.O_NONBLOCK)\nos.write(w, b'x')",
+        ),
+    ),
     "sqlite3": _attempts(
         (
             "sqlite3.connect",
