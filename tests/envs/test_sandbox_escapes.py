@@ -228,10 +228,9 @@ def _interpreter_for(prefix: list[str]) -> str | None:
     system's."""
     again = "import os, sys; os.execv(sys.executable, [sys.executable, '-c', 'pass'])"
     for python in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
-        if (
-            os.path.exists(python)
-            and subprocess.run([*prefix, python, "-c", again]).returncode == 0
-        ):
+        if not os.path.exists(python):
+            continue
+        if subprocess.run([*prefix, python, "-c", again], capture_output=True).returncode == 0:
             return python
     return None
 
@@ -299,6 +298,8 @@ def test_a_hostile_program_is_contained(
     weak = variant.endswith("+no_userns")
     report = _run_trainer(variant, str(out_dir), port, weak)
     record = report["by_program"][program]
+    if variant == "as_is" and "weak" in record:
+        pytest.skip(f"this host refuses the sandbox: {record['weak']}")
     stdout, output = record["stdout"], record["stdout"] + record["stderr"]
     assert "reached:" in stdout, record  # the walk ran
     assert "ESCAPED" not in stdout, record
@@ -307,6 +308,8 @@ def test_a_hostile_program_is_contained(
         assert "seccomp" in record["layers"] and "pidns" not in record["layers"], record
     elif not variant.endswith("+no_hook"):
         assert set(STRONG_LAYERS) <= set(record["layers"]), record
+    if variant in ("no_capabilities", "nobody") or (variant == "as_is" and os.getuid() != 0):
+        assert "userns" in record["layers"], record  # made inside a user namespace
     # The trainer-side effect did not happen.
     assert not list(out_dir.iterdir())
     assert SECRET not in output
