@@ -3,9 +3,9 @@ demonstrations, so that a multi-turn run on a CPU shows several turns per episod
 
 A random network almost never samples its end-of-sequence token, so every turn runs into the
 token budget and the episode is cut after its first turn (``env/cut`` 1.0): an environment's
-second ``step`` is never reached. Here the network is trained for a few hundred steps (seconds
+second ``step`` is never reached. Here the network is trained for 150 steps (seconds
 on one core) on ``lit_rlhf/data/samples/tiny_agent_demos.jsonl`` (scripted Countdown-calculator
-and guess-the-number episodes, written by ``scripts/data/tiny_agent_demos.py`` with the real
+and guess-the-number episodes, written by :mod:`lit_rlhf.envs.tiny_demos` with the real
 environments' answers), laid out as the multi-turn loop lays out an episode: the prompt with
 the generation prompt, each agent turn followed by the end-of-sequence token, and the chat
 template's text between turns. The loss is on the agent's tokens only. It learns the turn

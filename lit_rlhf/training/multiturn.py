@@ -293,12 +293,12 @@ def as_step_result(value: Any) -> StepResult | None:
         return None
     result = value if isinstance(value, StepResult) else StepResult(*value)
     reward = result.reward
-    if isinstance(reward, bool) or not isinstance(result.observation, str):
+    if not isinstance(result.observation, str) or isinstance(reward, str | bytes):
         return None
     if not (result.fault is None or isinstance(result.fault, str)):
         return None
     try:
-        reward = float(reward)
+        reward = float(reward)  # a bool, a NumPy number or a one-element tensor too
     except (TypeError, ValueError):  # e.g. a string, a tensor of several values
         return None
     return result._replace(reward=reward, done=bool(result.done), tool_call=bool(result.tool_call))

@@ -102,7 +102,8 @@ def test_each_fault_is_counted_by_kind_and_the_rollout_finishes(
 def test_a_step_result_is_checked_field_by_field():
     assert as_step_result(StepResult("a", 1, 1)) == StepResult("a", 1.0, True)
     assert as_step_result(["a", 0.5]) == StepResult("a", 0.5)
-    for bad in (None, "text", ("a", True), (3, 0.0), ("a", 0.0, False, 7), {"observation": "a"}):
+    assert as_step_result(("a", True)) == StepResult("a", 1.0)  # reward=guess == target
+    for bad in (None, "text", ("a", "1"), (3, 0.0), ("a", 0.0, False, 7), {"observation": "a"}):
         assert as_step_result(bad) is None, bad
 
 
