@@ -36,6 +36,7 @@ import copy
 import inspect
 import math
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -312,8 +313,9 @@ def _guarded(fn: Any, arg: Any, *, timeout: float) -> tuple[Any, tuple[str, str]
     """(``fn(arg)``, None), or (None, (fault kind, why it failed)) when it raised or ran past
     ``timeout`` seconds (it then keeps running in its daemon thread). Everything ``fn`` raises
     is caught, ``SystemExit`` and ``KeyboardInterrupt`` included: ``fn`` runs in its own
-    thread, and signals (Ctrl-C, SIGTERM) reach only the main thread, which waits in ``join``
-    and is never guarded, so what the thread raises is the environment's own doing."""
+    thread, and Python runs signal handlers (Ctrl-C, SIGTERM) only in the main thread, which
+    waits here in 0.1 s joins (a signal is handled within 0.1 s, not when ``fn`` returns) and
+    is never guarded, so what the thread raises is the environment's own doing."""
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -324,7 +326,9 @@ def _guarded(fn: Any, arg: Any, *, timeout: float) -> tuple[Any, tuple[str, str]
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    thread.join(timeout)
+    deadline = time.monotonic() + timeout
+    while thread.is_alive() and (left := deadline - time.monotonic()) > 0:
+        thread.join(min(left, 0.1))  # back in the main thread's loop: a signal is handled now
     if thread.is_alive():
         return None, ("timeout", f"timed out after {timeout}s")
     if "error" in box:

@@ -6,6 +6,7 @@ tests/envs/test_user_envs_cli.py)."""
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
@@ -116,11 +117,14 @@ def test_the_runs_own_interrupt_reaches_the_main_thread_through_the_guard():
         "failed (KeyboardInterrupt)",
     )
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.2, signal.raise_signal, args=(signal.SIGINT,))
+    # to the process, as a terminal sends it (the kernel may hand it to any thread)
+    timer = threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
     try:
         timer.start()
         with pytest.raises(KeyboardInterrupt):
             _guarded(lambda _: time.sleep(3), None, timeout=5.0)
+        assert time.monotonic() - start < 1.5  # at once, not when the step returns
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
