@@ -92,6 +92,7 @@ def test_a_nan_score_means_no_score_and_is_not_a_failure() -> None:
     out = score(GuardedReward(inner, timeout_s=None), ["nan", "a"])
     assert math.isnan(out.scores[0]) and out.scores[1] == 1.0 and inner.calls == 1
     assert out.info[REWARD_ERROR_KEY].tolist() == [0.0, 0.0]
+    assert out.info[REWARD_MASKED_KEY].tolist() == [0.0, 0.0]  # reward_fallback's, not masked
 
 
 def test_a_healthy_batch_is_scored_once_in_the_callers_grad_mode() -> None:
