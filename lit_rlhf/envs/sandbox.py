@@ -151,10 +151,9 @@ def _check_layers(layers: tuple[str, ...], allow_weak: bool, refused: bool) -> N
     if not allow_weak and refused:
         raise WeakSandboxError(
             f"the code sandbox cannot isolate tool code here (missing layers: "
-            f"{', '.join(missing)}; uid {os.getuid()}). Fix: run as root, or let unprivileged "
-            "users create user namespaces (Ubuntu: sysctl "
-            "kernel.apparmor_restrict_unprivileged_userns=0), or accept a weak sandbox with "
-            "allow_weak_sandbox: true (PythonCodeEnv / PythonTool)"
+            f"{', '.join(missing)}; uid {os.getuid()}). Fix: {_namespace_fix()}, or accept a "
+            "weak sandbox with allow_weak_sandbox: true (the environment's init_args: "
+            "PythonCodeEnv; or PythonTool(allow_weak_sandbox=True))"
         )
     if allow_weak and missing not in _WARNED:
         _WARNED.add(missing)
@@ -162,6 +161,18 @@ def _check_layers(layers: tuple[str, ...], allow_weak: bool, refused: bool) -> N
             "WEAK CODE SANDBOX: tool code runs without the OS layers %s (allow_weak_sandbox "
             "is true); only %s hold", ", ".join(missing), ", ".join(layers),
         )  # fmt: skip
+
+
+def _namespace_fix() -> str:
+    if os.getuid() == 0:  # root without the capability, e.g. in a container
+        return (
+            "give the trainer CAP_SYS_ADMIN or user namespaces (in a container: a seccomp and "
+            "AppArmor profile that allows unshare and mount)"
+        )
+    return (
+        "let unprivileged users create user namespaces (Ubuntu: sysctl "
+        "kernel.apparmor_restrict_unprivileged_userns=0), or run the trainer as root"
+    )
 
 
 def probe_sandbox(allow_weak_sandbox: bool = False) -> tuple[str, ...]:
