@@ -20,8 +20,8 @@ CONFIGS = Path(__file__).parents[2] / "configs" / "ppo"
 
 @pytest.mark.parametrize("penalty", ["0.0", "null"])
 def test_ppo_module_with_env_trains_steps_on_tiny_llama(tmp_path, penalty):
-    # budget_penalty null: the random model's turns are cut by max_new_tokens, so every episode
-    # is left out of the loss; the step still runs (zero loss), nothing crashes
+    # budget_penalty null: the episodes a budget cut are left out of the loss, 0.0: they are
+    # scored 0 and trained on; either way the steps run and nothing crashes
     cli = cli_main(
         [
             "fit",
