@@ -81,6 +81,10 @@ class ConsistencyAnswerReward(Callback):
     seed: seeds the eviction tie-break generator (checkpointed).
     use_memory: False is the paper's "w/o memory" ablation: the pseudo-label is the sign of
         this round's votes alone and no memory is kept (``initial_memory`` must be unset).
+    unseeded: True trains with a memory that starts empty. ConsistRM's method seeds it (the
+        authors: 8 votes of the starting judge per query), so a fit with ``use_memory`` and no
+        ``initial_memory`` is refused at setup unless this is True (the tiny demo, tests and the
+        preset dry run set it); ignored when ``initial_memory`` is set.
     """
 
     def __init__(
@@ -98,6 +102,7 @@ class ConsistencyAnswerReward(Callback):
         mode_rule: ModeRule = "authors",
         use_memory: bool = True,
         initial_overflow: Literal["newest", "evict", "error"] = "newest",
+        unseeded: bool = False,
     ) -> None:
         if not use_memory and initial_memory is not None:
             raise ValueError(
@@ -122,6 +127,7 @@ class ConsistencyAnswerReward(Callback):
         self.cap, self.agree, self.disagree, self.unparsable = cap, agree, disagree, unparsable
         self.initial_memory, self.mode_rule = initial_memory, mode_rule
         self.use_memory, self.initial_overflow = use_memory, initial_overflow
+        self.unseeded = unseeded
         self.format = JudgeFormat(tuple(tags), subject, prefix, suffix)
         self.memory: dict[str, list[int]] = {}
         self.last_pseudo: dict[str, int] = {}
@@ -130,6 +136,13 @@ class ConsistencyAnswerReward(Callback):
 
     @override
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit" and self.use_memory and self.initial_memory is None and not self.unseeded:
+            raise ValueError(
+                "ConsistencyAnswerReward has no initial_memory: ConsistRM would start from an "
+                "empty memory, which is not the paper's method. Fix: set initial_memory to the "
+                "JSONL of scripts/data/seed_consistrm_memory.py, or unseeded: true to train "
+                "without a seed."
+            )
         if self.initial_memory is not None and not self._seeded and not self.memory:
             self.memory = read_memory(
                 self.initial_memory,

@@ -8,7 +8,8 @@ is composed after it, and the table's heading must name the same fragment.
 
 For each preset (one test id per file, ``test_preset_dry_run[<file stem>]``):
 
-1. Recipe: the config composed from the files (``lit-rlhf fit --config <preset> [--config
+1. Recipe (first, before any skip: a missing extra or device never hides it): the config
+   composed from the files (``lit-rlhf fit --config <preset> [--config
    <fragment>] --print_config``: every default filled in, before any override) is held to the
    table (:func:`tests.recipes.check_table`): each row's config value equals ``ours``, and ``ours``
    equals the authors' value unless the row gives a deviation reason; a row whose path is missing
@@ -48,6 +49,9 @@ The overrides (:data:`OVERRIDES`; the same list is in docs/recipes.md's introduc
   1.0``, ``check_val_every_n_epoch: 1``), no checkpoints, logs under the test's temp folder.
 - A reward term below 0.01 from the response text (:class:`VariedReward`): a random tiny model
   earns no Countdown, MATH or verdict reward, and with every reward 0 no gradient exists.
+- ConsistRM without its seeded memory (the preset's ``initial_memory: null``; the seed is the
+  8B judge's votes): ``unseeded: true`` on ``ConsistencyAnswerReward``, which otherwise refuses
+  the fit.
 - ``lr_total_steps``: where the schedule needs a total (a warmup ratio, a decay) and the preset
   derives it from the trainer, 100, or twice ``lr_warmup_steps`` where that is more (the real
   run's total comes from its dataset and epochs, the dry run's trainer would give 1 or 2).
@@ -63,6 +67,7 @@ pytest -q tests/test_preset_dry_run.py::test_preset_dry_run``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -330,6 +335,14 @@ def standin_total(config: dict[str, Any], ctx: Context) -> None:
         args["lr_warmup_steps"] = 1
 
 
+def unseeded_memory(config: dict[str, Any], ctx: Context) -> None:
+    """ConsistRM's answer reward without its seeded memory -> ``unseeded: true`` (the seed is
+    the full-size judge's votes, written by scripts/data/seed_consistrm_memory.py)."""
+    for args in _classes(config, ".ConsistencyAnswerReward"):
+        if args.get("initial_memory") is None and args.get("use_memory", True):
+            args["unseeded"] = True
+
+
 Override = Callable[[dict[str, Any], Context], None]
 OVERRIDES: tuple[Override, ...] = (
     run_on_device,
@@ -340,6 +353,7 @@ OVERRIDES: tuple[Override, ...] = (
     small_batches,
     run_length,
     standin_total,
+    unseeded_memory,
 )
 
 
@@ -443,6 +457,40 @@ def test_gpu_mode_is_skipped_without_cuda(monkeypatch, tmp_path):
         test_preset_dry_run(PRESETS[0], tmp_path)
 
 
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_the_table_check_runs_before_any_skip(monkeypatch, tmp_path, device):
+    """A wrong table row fails even where the dry run would be skipped (an extra not installed,
+    GPU mode without CUDA)."""
+    preset = next(p for p in PRESETS if p.stem == "consistrm_qwen3-8b")  # DeepSpeed: _needs skips
+    rel = str(preset.relative_to(REPO))
+    table = RECIPE_TABLES[rel]
+    row = next(r for r in table.rows if r.setting == "trainer.max_epochs")
+    wrong = dataclasses.replace(row, ours=row.ours + 1)
+    rows = tuple(wrong if r is row else r for r in table.rows)
+    monkeypatch.setitem(RECIPE_TABLES, rel, dataclasses.replace(table, rows=rows))
+    monkeypatch.setenv(DEVICE_VARIABLE, device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+    def skip(*args: Any, **kwargs: Any) -> None:
+        pytest.skip("an extra is missing")
+
+    monkeypatch.setattr(pytest, "importorskip", skip)
+    with pytest.raises(AssertionError, match=r"trainer\.max_epochs`: the config holds 4"):
+        test_preset_dry_run(preset, tmp_path)
+
+
+def test_a_consistrm_preset_without_memory_runs_unseeded(tmp_path):
+    ctx = Context(tmp_path, None, 1)
+    callbacks = [
+        {"class_path": "lit_rlhf.callbacks.ConsistencyAnswerReward", "init_args": {}},
+        {"class_path": "x.ConsistencyAnswerReward", "init_args": {"initial_memory": "m.jsonl"}},
+        {"class_path": "x.ConsistencyAnswerReward", "init_args": {"use_memory": False}},
+    ]
+    config: dict[str, Any] = {"trainer": {"callbacks": callbacks}}
+    unseeded_memory(config, ctx)
+    assert [c["init_args"].get("unseeded") for c in callbacks] == [True, None, None]
+
+
 def dry_run_device() -> Device:
     """Where the dry run runs: ``$LIT_RLHF_DRY_RUN_DEVICE`` (``cpu`` when unset or empty)."""
     value = os.environ.get(DEVICE_VARIABLE, "").strip().lower() or "cpu"
@@ -473,9 +521,6 @@ def _needs(config: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
 def test_preset_dry_run(preset: Path, tmp_path: Path) -> None:
-    device = dry_run_device()
-    if device == "gpu" and not torch.cuda.is_available():
-        pytest.skip(f"{DEVICE_VARIABLE}=gpu, and CUDA is not available here")
     rel = str(preset.relative_to(REPO))
     fragment = _header_fragment(preset)
     composed = compose(preset, fragment)
@@ -486,8 +531,12 @@ def test_preset_dry_run(preset: Path, tmp_path: Path) -> None:
     if table is not None:
         problems += check_table(table, composed)
     problems += vllm_old_log_probs(composed)
-    print("\n".join(["recipe problems:", *problems]) if problems else "recipe: holds")
+    # the table is held first: no skip below (device, DeepSpeed, peft, if-verifiable) hides it
+    assert not problems, "\n".join([f"{rel} against {RECIPES.name}:", *problems])
 
+    device = dry_run_device()
+    if device == "gpu" and not torch.cuda.is_available():
+        pytest.skip(f"{DEVICE_VARIABLE}=gpu, and CUDA is not available here")
     args = composed["model"]["init_args"]["optim"]
     batches = 2 if warmup_steps(args, args.get("lr_total_steps") or STANDIN_TOTAL) > 0 else 1
     ctx = Context(tmp_path, dry_fragment(fragment, device), batches, device)
@@ -498,4 +547,3 @@ def test_preset_dry_run(preset: Path, tmp_path: Path) -> None:
     _, probe = dry_run(config, ctx.root)
     probe.check_state()
     check_lr(config["model"]["init_args"]["optim"], probe, batches)  # every module has it
-    assert not problems, "\n".join([f"{rel} against {RECIPES.name}:", *problems])

@@ -73,7 +73,7 @@ def loader():
 
 
 def test_answer_reward_follows_the_pseudo_label_and_fills_the_memory(tmp_path):
-    callback = ConsistencyAnswerReward(cap=3)
+    callback = ConsistencyAnswerReward(cap=3, unseeded=True)
     module = PlainJudgeTrainer()
     quiet_trainer(tmp_path, max_epochs=4, callbacks=[callback]).fit(module, loader())
     assert set(callback.memory) == set(QUERIES)
@@ -94,10 +94,10 @@ def test_answer_reward_follows_the_pseudo_label_and_fills_the_memory(tmp_path):
 
 
 def test_memory_after_resume_equals_the_uninterrupted_run(tmp_path):
-    full_cb, full = ConsistencyAnswerReward(cap=4, seed=3), PlainJudgeTrainer()
+    full_cb, full = ConsistencyAnswerReward(cap=4, seed=3, unseeded=True), PlainJudgeTrainer()
     quiet_trainer(tmp_path / "a", max_epochs=3, callbacks=[full_cb]).fit(full, loader())
 
-    first_cb, first = ConsistencyAnswerReward(cap=4, seed=3), PlainJudgeTrainer()
+    first_cb, first = ConsistencyAnswerReward(cap=4, seed=3, unseeded=True), PlainJudgeTrainer()
     trainer = quiet_trainer(tmp_path / "b", max_epochs=1, callbacks=[first_cb])
     trainer.fit(first, loader())  # 2 steps (one epoch)
     ckpt = tmp_path / "mid.ckpt"
@@ -105,7 +105,7 @@ def test_memory_after_resume_equals_the_uninterrupted_run(tmp_path):
     saved = torch.load(ckpt, weights_only=False)["callbacks"]
     assert any("memory" in state for state in saved.values())
 
-    resumed_cb, resumed = ConsistencyAnswerReward(cap=4, seed=3), PlainJudgeTrainer()
+    resumed_cb, resumed = ConsistencyAnswerReward(cap=4, seed=3, unseeded=True), PlainJudgeTrainer()
     quiet_trainer(tmp_path / "c", max_epochs=3, callbacks=[resumed_cb]).fit(
         resumed, loader(), ckpt_path=ckpt
     )

@@ -114,7 +114,10 @@ def test_a_tiny_judge_trains_and_is_evaluated(tmp_path, mode):
     module = judge(mode)
     callbacks = []
     if mode == "consistrm":
-        callbacks = [ConsistencyAnswerReward(), CritiqueConsistencyReward("builtin:tiny-llama")]
+        callbacks = [
+            ConsistencyAnswerReward(unseeded=True),
+            CritiqueConsistencyReward("builtin:tiny-llama"),
+        ]
     trainer = quiet_trainer(
         tmp_path, limit_train_batches=2, limit_val_batches=2, callbacks=callbacks
     )
