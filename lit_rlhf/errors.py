@@ -61,3 +61,26 @@ class DataError(SettingError, ValueError):
     fit; the message names the file and row."""
 
     setting = "data"
+
+
+class ConfigValueError(SettingError, ValueError):
+    """A class's own refusal of its configuration while the CLI builds it (a settings group's
+    range, a combination that would do nothing or the opposite): the message names the dotted
+    key and says ``Fix: ...``. Still a ``ValueError`` for Python callers."""
+
+
+class ConfigTypeError(SettingError, TypeError):
+    """As :class:`ConfigValueError`, for a refusal raised as a ``TypeError``."""
+
+
+def config_refusal(err: BaseException) -> SettingError | None:
+    """``err`` as a one-line setting error when it is a class's own refusal of a setting (a
+    ``ValueError`` or ``TypeError`` whose message says ``Fix:``); None for anything else (a bug
+    keeps its traceback)."""
+    if isinstance(err, SettingError) or "Fix:" not in str(err):
+        return None
+    if isinstance(err, ValueError):
+        return ConfigValueError(str(err))
+    if isinstance(err, TypeError):
+        return ConfigTypeError(str(err))
+    return None

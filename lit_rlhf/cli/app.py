@@ -41,7 +41,9 @@ killed mid-write leaves ``last.ckpt`` whole) unless the config chooses a checkpo
 A refused configuration ends with the cause (:mod:`lit_rlhf.cli.errors`): a parse error prints
 the keys that lead to it and ``error: <key>: <cause>. Fix: ...`` last; an error raised by a
 class while the CLI builds it propagates as that class's own exception, not inside
-jsonargparse's union report with its namespace dump.
+jsonargparse's union report with its namespace dump; a class's own refusal of a setting (a
+``ValueError`` / ``TypeError`` saying ``Fix: ...``, e.g. a settings group's range) ends
+``lit-rlhf`` with that one line (``LIT_RLHF_DEBUG=1``: the traceback).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from lightning.pytorch.cli import LightningCLI
 
 import lit_rlhf.cli.checkpoints as ckpt
 from lit_rlhf.cli.errors import LitRLHFParser, refuse_abbreviations, root_cause
+from lit_rlhf.errors import config_refusal
 from lit_rlhf.training.checkpoint_io import use_atomic_checkpoint_io
 from lit_rlhf.training.faults import CheckpointOnInterrupt
 from lit_rlhf.training.precision import resolve_precision
@@ -120,6 +123,9 @@ class LitRLHFCLI(LightningCLI):
             super().instantiate_classes()
         except Exception as err:
             cause = root_cause(err)
+            refusal = config_refusal(cause)  # "... Fix: ...": one line (lit-rlhf's entry point)
+            if refusal is not None:
+                raise refusal from cause
             if cause is err:
                 raise
             raise cause from None  # the class's own message last, not a namespace dump
