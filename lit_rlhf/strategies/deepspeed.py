@@ -16,12 +16,17 @@ before DeepSpeed reads the optimizer states, naming the tensors and the settings
 a checkpoint (written with ``exclude_frozen_parameters: false`` or by Lightning's class) are
 loaded as before.
 
+``grad_accum_dtype`` sets DeepSpeed's ``data_types.grad_accum_dtype``: the dtype in which the
+micro-batches' gradients are summed (DeepSpeed's default is the model's dtype, bf16 under
+``bf16-mixed``; the fragments set ``fp32``, as verl's FSDP accumulates; ZeRO-2/3 keep the fp32
+sums in their gradient partitions).
+
 YAML (``configs/trainer/deepspeed_zero2.yaml``)::
 
     trainer:
       strategy:
         class_path: lit_rlhf.strategies.DeepSpeedStrategy
-        init_args: {stage: 2}
+        init_args: {stage: 2, grad_accum_dtype: fp32}
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from typing_extensions import override
 
 from lit_rlhf.models.checkpoint_weights import WeightMismatch, mismatch_error
 
+GRAD_ACCUM_DTYPES = ("fp32", "bf16", "fp16")
+
 
 class DeepSpeedStrategy(LightningDeepSpeedStrategy):
     """Lightning's DeepSpeed strategy whose checkpoint folders hold only trained parameters.
@@ -47,14 +54,24 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
     Args:
         exclude_frozen_parameters: leave parameters with ``requires_grad=False`` out of the
             checkpoint folders (default True; they are rebuilt from their source on load).
+        grad_accum_dtype: DeepSpeed's ``data_types.grad_accum_dtype`` (``fp32``, ``bf16``,
+            ``fp16``); ``None`` leaves DeepSpeed's default (the model's dtype).
         **kwargs: Lightning's ``DeepSpeedStrategy`` arguments, by name (``stage``, ``config``,
             offload settings, ...).
     """
 
-    def __init__(self, *, exclude_frozen_parameters: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        exclude_frozen_parameters: bool = True,
+        grad_accum_dtype: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         # a named parameter, not a changed default in **kwargs: LightningCLI fills every
         # parameter it sees, and it would pass Lightning's default (False) explicitly
         super().__init__(exclude_frozen_parameters=exclude_frozen_parameters, **kwargs)
+        if grad_accum_dtype is not None and self.config is not None:  # Lightning always sets it
+            _set_grad_accum_dtype(self.config, grad_accum_dtype)
 
     @override
     def save_checkpoint(
@@ -111,6 +128,24 @@ class DeepSpeedStrategy(LightningDeepSpeedStrategy):
                 "file with DeepSpeedStrategy(load_full_weights=True) under ZeRO-3."
             )
         return client_state
+
+
+def _set_grad_accum_dtype(config: dict[str, Any], dtype: str) -> None:
+    """Write ``data_types.grad_accum_dtype`` into DeepSpeed's ``config``; a bad name, or another
+    value already in a user's config, is refused."""
+    if dtype not in GRAD_ACCUM_DTYPES:
+        raise ValueError(
+            f"DeepSpeedStrategy grad_accum_dtype={dtype!r} is not known. Fix: one of "
+            f"{', '.join(GRAD_ACCUM_DTYPES)}, or null for DeepSpeed's default."
+        )
+    data_types = config.setdefault("data_types", {})
+    current = data_types.get("grad_accum_dtype")
+    if current not in (None, dtype):
+        raise ValueError(
+            f"the DeepSpeed config sets data_types.grad_accum_dtype={current!r} but the strategy "
+            f"asks for grad_accum_dtype={dtype!r}. Fix: set one of them."
+        )
+    data_types["grad_accum_dtype"] = dtype
 
 
 def _frozen_names(module: nn.Module) -> set[str]:
