@@ -108,7 +108,7 @@ def test_arm_configs_differ_only_in_the_surgery_callback(tmp_path: Path) -> None
     gpu = mgs.PRESETS["gpu"].settings
     authors = mgs_runs.arm_fragment(gpu, "mgs", 0, tmp_path, pools)
     assert authors["trainer"]["callbacks"][-1]["init_args"]["granularity"] == "tensor"
-    assert authors["trainer"]["strategy"]["init_args"] == {"stage": 2}  # the ZeRO-2 fragment
+    assert authors["trainer"]["strategy"]["init_args"] == {"stage": 2, "grad_accum_dtype": "fp32"}
     assert authors["model"]["init_args"]["model"] == "Qwen/Qwen2.5-7B"
     assert [c["class_path"] for c in authors["trainer"]["callbacks"]] == [
         "lit_rlhf.callbacks.EntropyBonus",
