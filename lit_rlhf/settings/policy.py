@@ -41,6 +41,9 @@ class UpdateSettings(SettingsGroup):
         recompute_old_log_probs: recompute the rollout's log-probs with a trainer forward pass
             instead of trusting the engine's (engines with their own numerics, e.g. vLLM).
         seed: seeds the mini-batch shuffling.
+        device_peak_flops: the device's peak FLOP/s that ``perf/mfu`` divides by (null: the
+            bf16 dense peak of a GPU listed in ``lit_rlhf.plan.flops.DEVICE_PEAK_FLOPS``; on a
+            CPU or an unlisted GPU no MFU is logged). ``perf/tokens_per_s`` is logged always.
     """
 
     GROUP = "update"
@@ -50,6 +53,7 @@ class UpdateSettings(SettingsGroup):
     micro_batch_tokens: int | None = None
     recompute_old_log_probs: bool = False
     seed: int = 0
+    device_peak_flops: float | None = None
 
     def rules(self) -> list[Rule]:
         return [
@@ -60,6 +64,9 @@ class UpdateSettings(SettingsGroup):
              ">= 1 token (prompt + response tokens per packed micro-batch), or null (padded "
              "micro-batches of optim.micro_batch_size sequences)"),
             ("seed", is_int(self.seed) and self.seed >= 0, "an integer >= 0"),
+            ("device_peak_flops", self.device_peak_flops is None
+             or 0 < self.device_peak_flops < math.inf,
+             "> 0 and finite FLOP/s (e.g. 989e12 for an H100 SXM's bf16), or null"),
         ]  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from lit_rlhf.algos import overlong_penalty, truncated_responses
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.loading import context_length
 from lit_rlhf.models.lora import is_lora
+from lit_rlhf.plan.flops import start_timer, update_perf
 from lit_rlhf.training.dynamic_sampling import DynamicSampler
 from lit_rlhf.training.experience import build_experience, experience_stats
 from lit_rlhf.training.frozen import FrozenModules, drop_frozen_weights, restore_frozen_weights
@@ -276,13 +277,17 @@ class PolicyStep:
             mismatch=self.mismatch,
             norm_length=self.norm_length,
         )
-        return update.run(
+        start = start_timer(module.device)
+        stats = update.run(
             module,
             module.optimizers(),
             self.step_optimizer,
             generator=self.shuffle,
             after_step=lambda: None if self._overlapping else engine.sync_weights(module.policy),
         )
+        update_settings = self.settings.update
+        passes, peak = update_settings.ppo_epochs, update_settings.device_peak_flops
+        return stats | update_perf(module, experience.rollout, passes, start, peak)
 
     def log(
         self, module: Any, experience: Experience, update_stats: dict[str, Tensor]
