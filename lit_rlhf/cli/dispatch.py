@@ -1,6 +1,6 @@
 """``lit-rlhf VERB ...``, the console script: ``export`` goes to :mod:`lit_rlhf.cli.export`,
-every other verb (``fit``, ``validate``, ``test``, ``predict``) and ``--help`` to the
-LightningCLI of :mod:`lit_rlhf.cli.app`.
+``plan`` to :mod:`lit_rlhf.cli.plan`, every other verb (``fit``, ``validate``, ``test``,
+``predict``) and ``--help`` to the LightningCLI of :mod:`lit_rlhf.cli.app`.
 
 The dispatcher is the top of the package: it imports the verbs, and no verb imports it
 (pyproject.toml's import contract "cli: the dispatcher over its verbs" checks it).
@@ -13,6 +13,7 @@ import sys
 from lit_rlhf.cli.app import cli_main
 from lit_rlhf.cli.errors import one_line_errors
 from lit_rlhf.cli.export import export_main
+from lit_rlhf.cli.plan import plan_main
 from lit_rlhf.strategies.shutdown import shutdown_distributed
 
 
@@ -27,6 +28,9 @@ def main(args: list[str] | None = None) -> None:
     with one_line_errors():
         if argv[:1] == ["export"]:
             export_main(argv[1:])
+            return
+        if argv[:1] == ["plan"]:
+            plan_main(argv[1:])
             return
         cli = cli_main(args)
     close = getattr(cli.model, "close", None)

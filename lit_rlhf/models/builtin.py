@@ -17,13 +17,15 @@ and cached under ``$LIT_RLHF_CACHE`` (default ``~/.cache/lit_rlhf``).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from lit_rlhf.models.tiny import TinyModelSpec, write_tiny_model
+from lit_rlhf.models.tiny import TinyModelSpec, tiny_config_kwargs, write_tiny_model
 from lit_rlhf.models.warm_start import demos_digest, read_demos, warm_start
 
 PREFIX = "builtin:"
@@ -56,6 +58,19 @@ SMOLLM2 = "smollm2-135m-instruct"
 AGENT = "tiny-llama-agent"
 _AGENT_VERSION = "v1"
 BUILTIN_NAMES = (*_TINY_SPECS, AGENT, SMOLLM2)
+
+
+def builtin_config(name: str) -> tuple[dict[str, Any], str]:
+    """(the transformers config as a dict, where it was read) of ``builtin:<name>``, without
+    building its weights where a specification gives it (the tiny networks; their tokenizers
+    have ``vocab_size`` tokens); SmolLM2 from its converted folder."""
+    key = name.removeprefix(PREFIX)
+    spec = _TINY_SPECS.get("tiny-llama" if key == AGENT else key)
+    if spec is not None:
+        config = tiny_config_kwargs(spec, spec.vocab_size)
+        return {**config, "model_type": spec.arch}, f"lit_rlhf.models.builtin ({key})"
+    folder = Path(resolve_builtin(name))
+    return json.loads((folder / "config.json").read_text()), str(folder / "config.json")
 
 
 def cache_dir() -> Path:

@@ -109,9 +109,10 @@ def build_tiny_tokenizer(
     return wrapped
 
 
-def build_tiny_model(spec: TinyModelSpec, vocab_size: int, *, seed: int = 0) -> PreTrainedModel:
-    """A randomly initialised causal LM (tied embeddings) with ``vocab_size`` rows."""
-    common: dict[str, Any] = dict(
+def tiny_config_kwargs(spec: TinyModelSpec, vocab_size: int) -> dict[str, Any]:
+    """The transformers config arguments of a tiny network of ``spec`` with ``vocab_size``
+    rows (also read by the memory plan, :mod:`lit_rlhf.plan.architectures`)."""
+    return dict(
         vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
@@ -124,6 +125,11 @@ def build_tiny_model(spec: TinyModelSpec, vocab_size: int, *, seed: int = 0) -> 
         eos_token_id=1,
         bos_token_id=None,
     )
+
+
+def build_tiny_model(spec: TinyModelSpec, vocab_size: int, *, seed: int = 0) -> PreTrainedModel:
+    """A randomly initialised causal LM (tied embeddings) with ``vocab_size`` rows."""
+    common = tiny_config_kwargs(spec, vocab_size)
     torch.manual_seed(seed)
     if spec.arch == "llama":
         return LlamaForCausalLM(LlamaConfig(**common))
