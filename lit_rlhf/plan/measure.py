@@ -1,0 +1,399 @@
+"""Measure a preset's update step on this machine: the RL module of a composed config trains on
+synthetic rollouts at the preset's shapes, on randomly initialised networks of the preset's
+architectures (nothing downloaded, no generation), and the measured peak memory, step time,
+tokens/s and MFU are written beside the plan's prediction.
+
+    python -m lit_rlhf.plan.measure --config configs/ppo/countdown_tre.yaml [--config frag.yaml]
+        --out x.json [--sequences N] [--max-prompt P] [--max-response R] [--layers L] [--steps S]
+
+What runs is the module's own update (``PolicyStep.prepare`` and ``PolicyStep.optimize``: the
+old and reference log-probs, the critic's values, the clipped updates with the preset's
+micro-batches, activation checkpointing, dtypes, ``trainer.precision`` and loss-term callbacks)
+under a one-device Trainer with the preset's strategy. The models' ``from_pretrained`` is
+replaced for the run by ``from_config`` on the device with the plan's architecture table
+(:func:`lit_rlhf.plan.architectures.architecture`), so hub ids need no download. Each rollout
+holds ``--sequences`` full-length responses (``max_prompt_length`` + ``max_new_tokens``, the
+worst case the plan sizes), ``--sequences`` defaulting to two micro-batches: one optimizer step
+per rollout; the first rollout allocates the optimizer's states and is not timed.
+
+Not measured (stated in the JSON): the rollout phase (vLLM's weights, KV cache and sampling
+dtype, the HF engine's generation), the reward models' forwards, and anything that needs more
+than one process (ZeRO sharding over several GPUs: one GPU holds the unsharded states).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+
+UNMEASURED = [
+    "the rollout phase: vLLM's weights, KV cache (gpu_memory_utilization, sleep mode) and "
+    "sampling dtype, and HF generation (no generation runs here)",
+    "reward models' and judges' forwards (rewards are synthetic)",
+    "sharding over several processes (one device: ZeRO states are unsharded)",
+]
+_DROP = ("engine", "reward", "tokenizer", "environment")  # built from config objects: stand-ins
+
+
+def compose(configs: list[str]) -> dict[str, Any]:
+    """The composed config (``lit-rlhf fit --config ... --print_config``) as a dict."""
+    import yaml
+
+    args = [sys.executable, "-m", "lit_rlhf.cli", "fit"]
+    for config in configs:
+        args += ["--config", config]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([*args, "--print_config"], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise ValueError(f"composing {configs} failed:\n{out.stderr[-2000:]}")
+    composed: dict[str, Any] = yaml.safe_load(out.stdout)
+    return composed
+
+
+def _get(tree: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    node: Any = tree
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or node.get(key) is None:
+            return default
+        node = node[key]
+    return node
+
+
+def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set a key the composed config has (``--print_config`` writes every key out)."""
+    *path, last = dotted.split(".")
+    parent = _get(tree, ".".join(path))
+    if isinstance(parent, dict) and last in parent:
+        parent[last] = value
+
+
+def measured_config(config: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]:
+    """The config the measurement runs: one device, on-policy, the response and prompt lengths
+    capped by ``--max-response`` / ``--max-prompt``, a rollout of ``--sequences`` samples (whole
+    prompt groups) updated in one optimizer step per PPO epoch."""
+    config = copy.deepcopy(config)
+    args = "model.init_args"
+    group = int(_get(config, f"{args}.rollout.samples_per_prompt", 4))
+    micro = int(_get(config, f"{args}.optim.micro_batch_size", 1))
+    sequences = opts.sequences or 2 * micro
+    prompts = max(1, -(-sequences // group))
+    prompt_len = int(_get(config, "data.init_args.max_prompt_length", 64))
+    response = int(_get(config, f"{args}.engine.init_args.max_new_tokens", 64))
+    for key, value in {
+        "trainer.devices": 1,
+        "trainer.num_nodes": 1,
+        "data.init_args.batch_size": prompts,
+        "data.init_args.global_batch_size": None,
+        "data.init_args.max_prompt_length": min(prompt_len, opts.max_prompt or prompt_len),
+        f"{args}.engine.init_args.max_new_tokens": min(response, opts.max_response or response),
+        f"{args}.update.mini_batch_size": prompts * group,
+        f"{args}.update.global_mini_batch_size": None,
+        f"{args}.rollout.max_staleness": 0,
+        f"{args}.rollout.dynamic_sampling": False,
+        f"{args}.eval.pass_metric": None,  # the synthetic rewards carry no info
+    }.items():
+        _set(config, key, value)
+    return config
+
+
+def _instantiate(spec: Any) -> Any:
+    """An object from a ``{class_path, init_args}`` spec (nested specs too); other values as
+    they are."""
+    if isinstance(spec, list):
+        return [_instantiate(item) for item in spec]
+    if not (isinstance(spec, dict) and "class_path" in spec):
+        return spec
+    module, _, name = spec["class_path"].rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    kwargs = {k: _instantiate(v) for k, v in (spec.get("init_args") or {}).items()}
+    return cls(**kwargs)
+
+
+@contextmanager
+def random_weights(device: torch.device, layers: int | None) -> Iterator[None]:
+    """``from_pretrained`` of transformers' auto classes builds a randomly initialised network
+    of the plan's architecture on ``device`` instead (``layers``: fewer decoder layers)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    from lit_rlhf.plan.architectures import architecture
+    from lit_rlhf.plan.params import hf_config
+
+    def config_of(name: str) -> Any:
+        arch = architecture(str(name))
+        if layers is not None:
+            arch = dataclasses.replace(arch, num_hidden_layers=min(layers, arch.num_hidden_layers))
+        return hf_config(arch)
+
+    def builder(cls: Any) -> Callable[..., Any]:
+        def build(name: str, *args: Any, **kwargs: Any) -> Any:
+            config = kwargs.get("config") or config_of(name)
+            dtype = kwargs.get("dtype") or torch.float32
+            with torch.device(device):
+                return cls.from_config(config, dtype=dtype)
+
+        return build
+
+    saved = {cls: cls.__dict__["from_pretrained"] for cls in (AutoModel, AutoModelForCausalLM)}
+    saved_config = AutoConfig.__dict__["from_pretrained"]
+    try:
+        for cls in saved:
+            cls.from_pretrained = builder(cls)  # type: ignore[method-assign]
+        AutoConfig.from_pretrained = config_of  # type: ignore[method-assign,assignment]
+        yield
+    finally:
+        for cls, method in saved.items():
+            cls.from_pretrained = method  # type: ignore[method-assign]
+        AutoConfig.from_pretrained = saved_config  # type: ignore[method-assign]
+
+
+class _StandIn:
+    """A tokenizer's ids (the update reads only the end-of-sequence and padding ids)."""
+
+    eos_token_id = 0
+    pad_token_id = 0
+
+
+def synthetic_rollout(batch: dict[str, Any], group: int, prompt_len: int, response: int,
+                      vocab: int, device: torch.device) -> Any:  # fmt: skip
+    """``group`` full-length responses for each prompt of ``batch``, random tokens and scores."""
+    from lit_rlhf.types import Rollout
+
+    n = len(batch["prompt"]) * group
+    ids = torch.randint(1, vocab, (n, prompt_len + response), device=device)
+    ones = torch.ones(n, prompt_len + response, dtype=torch.bool, device=device)
+    return Rollout(
+        prompt_ids=ids[:, :prompt_len], prompt_mask=ones[:, :prompt_len],
+        response_ids=ids[:, prompt_len:], response_mask=ones[:, prompt_len:],
+        sample_log_probs=-torch.rand(n, response, device=device),
+        group_ids=torch.arange(len(batch["prompt"]), device=device).repeat_interleave(group),
+        query_ids=[str(i // group) for i in range(n)], tasks=["synthetic"] * n,
+        rows=[{}] * n, prompts=[""] * n, responses=[""] * n,
+        scores=torch.randn(n, device=device), reward_info={},
+    )  # fmt: skip
+
+
+class Recorder:
+    """Wraps ``PolicyStep.prepare`` / ``optimize``: each call's peak memory (CUDA's allocator;
+    None elsewhere), the memory held when it starts, its seconds and the update's perf stats."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.calls = device, []  # type: ignore[var-annotated]
+        self.cuda = device.type == "cuda"
+
+    def wrap(self, phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        from lit_rlhf.plan.flops import elapsed, start_timer
+
+        def call(*args: Any) -> Any:
+            if self.cuda:
+                torch.cuda.reset_peak_memory_stats(self.device)
+            held = torch.cuda.memory_allocated(self.device) if self.cuda else None
+            start = start_timer(self.device)
+            out = method(*args)
+            seconds = elapsed(self.device, start)
+            peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else None
+            perf = {k: float(v) for k, v in out.items() if k[:5] == "perf/"} if isinstance(
+                out, dict) else {}  # fmt: skip
+            self.calls.append({"phase": phase, "seconds": seconds, "held_bytes": held,
+                               "peak_bytes": peak, **perf})  # fmt: skip
+            return out
+
+        return call
+
+
+def update_callbacks(specs: list[Any]) -> list[Any]:
+    """The config's callbacks that take part in an update or are required by the module: loss
+    terms, gradient hooks and reward terms (inert here: no rewards are computed). Loggers and
+    plots are left out, and so is a callback that cannot be built here (its data missing)."""
+    from lit_rlhf.training import protocols as p
+
+    kinds = (p.PolicyLossTerm, p.GradientHook, p.TaskGradientHook, p.RewardTerm)
+    kept = []
+    for spec in specs:
+        try:
+            callback = _instantiate(spec)
+        except Exception as err:
+            print(f"measure: callback {spec.get('class_path')} left out: {err}", file=sys.stderr)
+            continue
+        if isinstance(callback, kinds):
+            kept.append(callback)
+    return kept
+
+
+def run(config: dict[str, Any], opts: argparse.Namespace) -> list[dict[str, Any]]:
+    """Fit the config's module on ``opts.steps`` synthetic rollouts; the recorded calls."""
+    import lightning as L
+
+    from lit_rlhf.plan.architectures import architecture
+    from lit_rlhf.rollout import HFGenerationEngine
+
+    args = "model.init_args"
+    trainer_cfg = config.get("trainer") or {}
+    on_gpu = trainer_cfg.get("accelerator") == "gpu" and torch.cuda.is_available()
+    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    group = int(_get(config, f"{args}.rollout.samples_per_prompt", 4))
+    prompt_len = int(_get(config, "data.init_args.max_prompt_length"))
+    response = int(_get(config, f"{args}.engine.init_args.max_new_tokens"))
+    engine = HFGenerationEngine(
+        max_new_tokens=response,
+        temperature=float(_get(config, f"{args}.engine.init_args.temperature", 1.0)),
+    )
+    model_spec = config["model"]
+    package, _, name = model_spec["class_path"].rpartition(".")
+    module_cls = getattr(importlib.import_module(package), name)
+    init = {k: _instantiate(v) for k, v in model_spec["init_args"].items() if k not in _DROP}
+    extra = {"reward": lambda *a: None} if "reward" in model_spec["init_args"] else {}
+    recorder = Recorder(device)
+    with random_weights(device, opts.layers):
+        module = module_cls(engine=engine, tokenizer=_StandIn(), **extra, **init)
+        vocab = architecture(str(init["model"])).vocab_size
+        module.rl.collect = lambda mod, batch: synthetic_rollout(
+            batch, group, prompt_len, response, vocab, device
+        )
+        module.rl.prepare = recorder.wrap("prepare", module.rl.prepare)
+        module.rl.optimize = recorder.wrap("optimize", module.rl.optimize)
+        callbacks = update_callbacks(trainer_cfg.get("callbacks") or [])
+        trainer = L.Trainer(
+            accelerator=device.type, devices=1, precision=trainer_cfg.get("precision", "32-true"),
+            strategy=_instantiate(trainer_cfg.get("strategy") or "auto"),
+            max_epochs=1, limit_train_batches=opts.steps, logger=False, callbacks=callbacks,
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        )  # fmt: skip
+        prompts = int(_get(config, "data.init_args.batch_size"))
+        loader: Any = torch.utils.data.DataLoader(
+            cast(Any, [str(i) for i in range(prompts * opts.steps)]), batch_size=prompts,
+            collate_fn=lambda items: {"prompt": items, "row": [{} for _ in items]},
+        )  # fmt: skip
+        trainer.fit(module, loader)
+    return recorder.calls
+
+
+def shapes(config: dict[str, Any], layers: int | None) -> dict[str, Any]:
+    """What the measurement ran: the model, lengths, batch, checkpointing and dtypes."""
+    args = "model.init_args"
+    estimator = _get(config, f"{args}.advantage.estimator", "grpo")
+    return {
+        "module": config["model"]["class_path"],
+        "model": _get(config, f"{args}.model"),
+        "layers": layers,  # None: all of the model's
+        "sequences": _get(config, "data.init_args.batch_size", 0)
+        * _get(config, f"{args}.rollout.samples_per_prompt", 4),
+        "prompt_len": _get(config, "data.init_args.max_prompt_length"),
+        "response_len": _get(config, f"{args}.engine.init_args.max_new_tokens"),
+        "micro_batch_size": _get(config, f"{args}.optim.micro_batch_size"),
+        "micro_batch_tokens": _get(config, f"{args}.update.micro_batch_tokens"),
+        "gradient_checkpointing": _get(config, f"{args}.precision.gradient_checkpointing", False),
+        "dtype": _get(config, f"{args}.precision.dtype", "float32"),
+        "trainer_precision": _get(config, "trainer.precision", "32-true"),
+        "strategy": str(_get(config, "trainer.strategy.class_path", "auto")),
+        "critic": _get(config, f"{args}.critic.kind") if estimator == "gae" else None,
+        "reference": float(_get(config, f"{args}.kl.coef", 0.0)) > 0,
+    }
+
+
+def _median(values: list[Any]) -> float | None:
+    known = sorted(v for v in values if v is not None)
+    return known[len(known) // 2] if known else None
+
+
+def summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The timed updates (the first, which allocates the optimizer's states, is left out when
+    there are more): peaks, memory held before the update, seconds, tokens/s and MFU."""
+    optimize = [c for c in calls if c["phase"] == "optimize"]
+    prepare = [c for c in calls if c["phase"] == "prepare"]
+    timed = optimize[1:] or optimize
+    peaks = [c["peak_bytes"] for c in timed if c["peak_bytes"] is not None]
+    return {
+        "updates_timed": len(timed),
+        "update_peak_bytes": max(peaks) if peaks else None,
+        "prepare_peak_bytes": max((c["peak_bytes"] or 0 for c in prepare), default=None) or None,
+        "held_before_update_bytes": timed[-1]["held_bytes"] if timed else None,
+        "update_s": _median([c["seconds"] for c in timed]),
+        "tokens_per_s": _median([c.get("perf/tokens_per_s") for c in timed]),
+        "mfu": _median([c.get("perf/mfu") for c in timed]),
+    }
+
+
+def predicted(config: dict[str, Any], layers: int | None) -> dict[str, Any]:
+    """The plan's figures for the measured config on one GPU (``plan_from_config``), and the
+    peak activations and logits of one micro-batch (:mod:`lit_rlhf.plan.activations`)."""
+    out: dict[str, Any] = {}
+    try:
+        from lit_rlhf.plan.activations import micro_batch_peak_bytes
+        from lit_rlhf.plan.architectures import architecture
+
+        s = shapes(config, layers)
+        arch = architecture(str(s["model"]))
+        if layers is not None:
+            arch = dataclasses.replace(arch, num_hidden_layers=min(layers, arch.num_hidden_layers))
+        bf16 = "bf16" in str(s["trainer_precision"]) or s["dtype"] != "float32"
+        out["micro_batch"] = micro_batch_peak_bytes(
+            arch, sequences=int(s["micro_batch_size"] or 1),
+            seq_len=int(s["prompt_len"]) + int(s["response_len"]),
+            response_len=int(s["response_len"]), compute_dtype_bytes=2 if bf16 else 4,
+            gradient_checkpointing=bool(s["gradient_checkpointing"]),
+        )  # fmt: skip
+    except (ImportError, TypeError, ValueError) as err:
+        out["micro_batch"] = f"unavailable: {err}"
+    if layers is not None:
+        out["plan"] = "not comparable: --layers cuts the network the plan sizes whole"
+        return out
+    try:
+        from lit_rlhf.plan import plan_from_config  # type: ignore[attr-defined]
+    except ImportError as err:
+        out["plan"] = f"unavailable: {err}"
+        return out
+    plan = plan_from_config(config, gpus=1)
+    dataclass = dataclasses.is_dataclass(plan) and not isinstance(plan, type)
+    out["plan"] = dataclasses.asdict(plan) if dataclass else str(plan)
+    return out
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m lit_rlhf.plan.measure", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--config", action="append", required=True, help="as lit-rlhf fit's")
+    parser.add_argument("--out", required=True, help="the JSON file to write")
+    parser.add_argument("--sequences", type=int, help="samples per rollout (2 micro-batches)")
+    parser.add_argument("--max-prompt", type=int, help="cap on max_prompt_length (tokens)")
+    parser.add_argument("--max-response", type=int, help="cap on max_new_tokens (tokens)")
+    parser.add_argument("--layers", type=int, help="keep this many decoder layers (big models)")
+    parser.add_argument("--steps", type=int, default=2, help="rollouts; the first is not timed")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    record: dict[str, Any] = {"configs": opts.config, "unmeasured": UNMEASURED}
+    try:
+        config = measured_config(compose(opts.config), opts)
+        record["shapes"] = shapes(config, opts.layers)
+        record["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        record["predicted"] = predicted(config, opts.layers)
+        calls = run(config, opts)
+        record["measured"] = summary(calls)
+        record["calls"] = calls
+        status = 0
+    except Exception as err:  # out of memory included: written into the JSON
+        record["error"] = f"{type(err).__name__}: {err}"[:2000]
+        status = 1
+    Path(opts.out).write_text(json.dumps(record, indent=1, default=str) + "\n")
+    print(json.dumps({k: record.get(k) for k in ("configs", "measured", "error")}, default=str))
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
