@@ -36,7 +36,7 @@ from typing import Any
 
 import datasets
 from lightning.pytorch import LightningDataModule
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -50,6 +50,7 @@ from lit_rlhf.data.prompt_batches import (
 from lit_rlhf.data.sources import PromptSource
 from lit_rlhf.errors import DataError
 from lit_rlhf.models import load_tokenizer
+from lit_rlhf.settings import DataBatchSettings
 
 __all__ = [  # the batch helpers and the sampler are re-exported: imported from here elsewhere
     "EpochShuffleSampler",
@@ -75,8 +76,13 @@ class PromptDataModule(LightningDataModule):
         test: an optional test prompt source (``lit-rlhf test`` and ``predict``); ``None``
             tests on ``val``.
             With neither, ``test_dataloader`` raises.
-        batch_size: prompts per training batch (before sampling G responses each).
-        val_batch_size: prompts per validation batch; ``None`` uses ``batch_size``.
+        batch_size: prompts (a pair source: pairs) per training batch on each process (before
+            sampling G responses each); null: 8, unless ``global_batch_size`` is set.
+        global_batch_size: prompts (pairs) per training batch across all processes, divided
+            by the world size in ``setup`` (refused when it does not divide; exclusive with
+            ``batch_size``, which holds the per-process size after ``setup``).
+        val_batch_size: prompts per validation batch (per process); ``None`` uses the training
+            batch size.
         test_batch_size: prompts per test batch; ``None`` uses the validation batch size.
         max_prompt_length: prompts longer than this many tokens are dropped (with a warning).
         system_prompt: a system message put before each question. Refused with a
@@ -106,7 +112,7 @@ class PromptDataModule(LightningDataModule):
         train: PromptSource,
         val: PromptSource | None = None,
         test: PromptSource | None = None,
-        batch_size: int = 8,
+        batch_size: int | None = None,
         val_batch_size: int | None = None,
         test_batch_size: int | None = None,
         max_prompt_length: int = 512,
@@ -118,9 +124,12 @@ class PromptDataModule(LightningDataModule):
         shuffle: bool = True,
         seed: int = 0,
         num_workers: int = 0,
+        global_batch_size: int | None = None,
     ) -> None:
         super().__init__()
-        _check_sizes(batch_size, val_batch_size, test_batch_size, max_prompt_length, num_workers)
+        size = 1 if batch_size is None else batch_size  # None: set by global_batch_size or 8
+        _check_sizes(size, val_batch_size, test_batch_size, max_prompt_length, num_workers)
+        self.batch = DataBatchSettings(batch_size, global_batch_size)
         if shuffle and getattr(train, "ordered", False):
             raise ValueError(
                 f"the train source ({type(train).__name__}) has an order that matters (e.g. "
@@ -134,9 +143,8 @@ class PromptDataModule(LightningDataModule):
         self.train_source = train
         self.val_source = val
         self.test_source = test
-        self.batch_size = batch_size
-        self.val_batch_size = val_batch_size or batch_size
-        self.test_batch_size = test_batch_size or self.val_batch_size
+        self._eval_sizes = (val_batch_size, test_batch_size)
+        self._per_process(1)  # until setup knows the world size
         self.max_prompt_length = max_prompt_length
         self.system_prompt = system_prompt
         self.use_chat_template = use_chat_template and bool(
@@ -153,7 +161,17 @@ class PromptDataModule(LightningDataModule):
         self.test_data: datasets.Dataset | None = None
         self.longest_prompt = 0  # tokens of the longest prompt kept in any prepared split
 
+    def _per_process(self, world_size: int) -> None:
+        self.batch_size = self.batch.per_process(world_size)
+        val, test = self._eval_sizes
+        self.val_batch_size = val or self.batch_size
+        self.test_batch_size = test or self.val_batch_size
+
     def setup(self, stage: str | None = None) -> None:
+        world = int(getattr(self.trainer, "world_size", 1) or 1) if self.trainer else 1
+        self._per_process(world)  # a global batch size divided by the world size
+        if stage in (None, "fit") and (line := self.batch.describe(world)):
+            rank_zero_info(line)
         if self.train_data is None and stage in (None, "fit"):
             self.train_data = self._prepare(self.train_source, "train")
         # without a test source, testing (and predicting) runs on the validation prompts

@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any, Literal
 
 from lightning.pytorch import LightningDataModule
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -40,6 +40,7 @@ from lit_rlhf.data.prompts import EpochShuffleSampler, epoch_to_train, pad_ids, 
 from lit_rlhf.data.sources import _load_table
 from lit_rlhf.errors import DataError
 from lit_rlhf.models import load_tokenizer
+from lit_rlhf.settings import DataBatchSettings
 
 IGNORE = -100  # the label of a token that is not trained (torch's cross-entropy ignore_index)
 LongPrompts = Literal["error", "drop"]
@@ -216,8 +217,9 @@ class SFTDataModule(LightningDataModule):
         train: the training rows: a local ``.json``/``.jsonl``/``.parquet`` file or folder, or
             a hub dataset id (loaded by ``datasets``; offline, a local file).
         val: the validation rows, the same way (None: no validation).
-        batch_size: rows per training batch (the module may split it into micro-batches).
-        val_batch_size: rows per validation batch; None uses ``batch_size``.
+        batch_size: rows per training batch on each process (the module may split it into
+            micro-batches); null: 8, unless ``global_batch_size`` is set.
+        val_batch_size: rows per validation batch; None uses the training batch size.
         max_length: tokens per sequence; a longer one loses its tail (counted in a warning).
         seed: the shuffling seed (the order of an epoch depends on seed and epoch only).
         chat_template: render with the tokenizer's chat template when it has one; without,
@@ -235,6 +237,8 @@ class SFTDataModule(LightningDataModule):
         long_prompts: ``error`` (a row whose prompt leaves no response token within
             ``max_length`` stops the run, naming it) or ``drop`` (such rows are skipped, with a
             count).
+        global_batch_size: rows per training batch across all processes, divided by the world
+            size in ``setup`` (refused when it does not divide; exclusive with ``batch_size``).
     """
 
     def __init__(
@@ -242,7 +246,7 @@ class SFTDataModule(LightningDataModule):
         tokenizer: str,
         train: str,
         val: str | None = None,
-        batch_size: int = 8,
+        batch_size: int | None = None,
         val_batch_size: int | None = None,
         max_length: int = 512,
         seed: int = 0,
@@ -258,10 +262,12 @@ class SFTDataModule(LightningDataModule):
         response_field: str = "response",
         messages_field: str = "messages",
         long_prompts: LongPrompts = "error",
+        global_batch_size: int | None = None,
     ) -> None:
         super().__init__()
-        _check_settings(batch_size, val_batch_size, max_length, num_workers, max_examples,
-                        long_prompts)  # fmt: skip
+        size = 1 if batch_size is None else batch_size  # None: set by global_batch_size or 8
+        _check_settings(size, val_batch_size, max_length, num_workers, max_examples, long_prompts)
+        self.batch = DataBatchSettings(batch_size, global_batch_size)
         self.tokenizer = load_tokenizer(tokenizer)
         self.encoder = SFTEncoder(
             self.tokenizer,
@@ -273,13 +279,22 @@ class SFTDataModule(LightningDataModule):
             messages_field=messages_field,
         )
         self.sources = {"train": (train, train_split), "val": (val, val_split)}
-        self.batch_size, self.val_batch_size = batch_size, val_batch_size or batch_size
+        self._val_size = val_batch_size
+        self._per_process(1)  # until setup knows the world size
         self.seed, self.shuffle, self.num_workers = seed, shuffle, num_workers
         self.dataset_name, self.max_examples = dataset_name, max_examples
         self.long_prompts = long_prompts
         self.data: dict[str, list[dict[str, list[int]]]] = {}
 
+    def _per_process(self, world_size: int) -> None:
+        self.batch_size = self.batch.per_process(world_size)
+        self.val_batch_size = self._val_size or self.batch_size
+
     def setup(self, stage: str | None = None) -> None:
+        world = int(getattr(self.trainer, "world_size", 1) or 1) if self.trainer else 1
+        self._per_process(world)  # a global batch size divided by the world size
+        if stage in (None, "fit") and (line := self.batch.describe(world)):
+            rank_zero_info(line)
         splits = ["train", "val"] if stage in (None, "fit") else ["val"]
         for split in splits:
             if split not in self.data and self.sources[split][0] is not None:

@@ -17,6 +17,7 @@ the concern, taken as typed constructor arguments (``model.init_args.<group>.<fi
 | ``eval`` | :class:`EvalSettings` | PPO (pass@1, pass@k) |
 | ``judge`` | :class:`JudgeSettings` | GRM (the judge's evaluation and prompt format) |
 | ``loss`` | :class:`PreferenceLossSettings` | DPO (sigmoid / IPO / SimPO and their constants) |
+| ``data`` | :class:`DataBatchSettings` | the data modules' ``batch_size`` / ``global_batch_size`` |
 
 A group validates itself when it is built (before any model loads), with messages that name the
 dotted key; modules read their groups with :func:`take_groups` after ``save_hyperparameters``,
@@ -30,6 +31,7 @@ read the groups.
 """
 
 from lit_rlhf.settings.base import SettingsGroup, closest_field, unknown_key_message
+from lit_rlhf.settings.batch import DataBatchSettings, split_over_processes
 from lit_rlhf.settings.env import EnvironmentSettings, EvalSettings
 from lit_rlhf.settings.flat import (
     flat_map,
@@ -58,6 +60,7 @@ from lit_rlhf.settings.preference import PreferenceLoss, PreferenceLossSettings
 __all__ = [
     "AdvantageSettings",
     "CriticSettings",
+    "DataBatchSettings",
     "Dtype",
     "EnvironmentSettings",
     "EvalSettings",
@@ -81,6 +84,7 @@ __all__ = [
     "is_flat",
     "refuse_flat_arguments",
     "regroup_flat",
+    "split_over_processes",
     "store_groups",
     "take_groups",
     "unknown_key_message",

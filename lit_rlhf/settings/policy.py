@@ -6,10 +6,11 @@ live in :class:`lit_rlhf.training.PPOSettings`, which holds these groups for the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 from lit_rlhf.settings.base import Rule, SettingsGroup, is_int, non_negative
+from lit_rlhf.settings.batch import split_over_processes
 
 Advantage = Literal["gae", "grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
 PolicyLoss = Literal["ppo", "gspo"]
@@ -34,7 +35,14 @@ class UpdateSettings(SettingsGroup):
 
     Args:
         ppo_epochs: passes over each rollout.
-        mini_batch_size: sequences per optimizer step (null: the whole rollout, one step).
+        mini_batch_size: sequences per optimizer step on each process (null: the whole rollout,
+            one step).
+        global_mini_batch_size: prompts per optimizer step across all processes (verl's
+            ``ppo_mini_batch_size``): each process steps on ``global_mini_batch_size /
+            world_size`` prompts x ``rollout.samples_per_prompt`` sequences, worked out at
+            ``setup`` (a world size that does not divide it is refused). Prompts, not sequences,
+            so that a prompt's samples are never split between processes or mini-batches.
+            Exclusive with ``mini_batch_size``.
         micro_batch_tokens: when set, micro-batches are cut by this budget of real (prompt +
             response) tokens instead of ``optim.micro_batch_size``, keeping each prompt group
             together, and run as packed padding-free forwards (docs/algorithms.md, "Packing").
@@ -50,6 +58,7 @@ class UpdateSettings(SettingsGroup):
 
     ppo_epochs: int = 1
     mini_batch_size: int | None = None
+    global_mini_batch_size: int | None = None
     micro_batch_tokens: int | None = None
     recompute_old_log_probs: bool = False
     seed: int = 0
@@ -60,6 +69,8 @@ class UpdateSettings(SettingsGroup):
             ("ppo_epochs", is_int(self.ppo_epochs) and self.ppo_epochs >= 1, ">= 1"),
             ("mini_batch_size", _optional_at_least(self.mini_batch_size, 1),
              ">= 1, or null for the whole rollout"),
+            ("global_mini_batch_size", _optional_at_least(self.global_mini_batch_size, 1),
+             ">= 1 prompt across all processes, or null"),
             ("micro_batch_tokens", _optional_at_least(self.micro_batch_tokens, 1),
              ">= 1 token (prompt + response tokens per packed micro-batch), or null (padded "
              "micro-batches of optim.micro_batch_size sequences)"),
@@ -68,6 +79,32 @@ class UpdateSettings(SettingsGroup):
              or 0 < self.device_peak_flops < math.inf,
              "> 0 and finite FLOP/s (e.g. 989e12 for an H100 SXM's bf16), or null"),
         ]  # fmt: skip
+
+    def check(self) -> None:
+        if self.mini_batch_size is not None and self.global_mini_batch_size is not None:
+            raise ValueError(
+                f"update.mini_batch_size={self.mini_batch_size} (sequences per process) and "
+                f"update.global_mini_batch_size={self.global_mini_batch_size} (prompts across "
+                "all processes) both set the optimizer step. Fix: keep one of them (set the "
+                "other to null)."
+            )
+
+    @property
+    def whole_rollout(self) -> bool:
+        """Whether each PPO epoch takes one optimizer step on the whole rollout."""
+        return self.mini_batch_size is None and self.global_mini_batch_size is None
+
+    def per_process(self, world_size: int, samples_per_prompt: int) -> UpdateSettings:
+        """The group with ``global_mini_batch_size`` turned into this process's
+        ``mini_batch_size`` (sequences) among ``world_size`` processes; itself when unset."""
+        total = self.global_mini_batch_size
+        if total is None:
+            return self
+        key = self.key("global_mini_batch_size")
+        prompts = split_over_processes(total, world_size, key, "prompts")
+        return replace(
+            self, mini_batch_size=prompts * samples_per_prompt, global_mini_batch_size=None
+        )
 
 
 @dataclass(frozen=True)

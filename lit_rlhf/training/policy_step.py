@@ -86,7 +86,10 @@ class PolicyStep:
     def check_data(self, module: Any) -> None:
         """``LightningModule.setup`` (before ``configure_model`` loads any network): the data's
         batch size against ``mini_batch_size``, and its longest prompt plus the engine's
-        ``max_new_tokens`` against the model's context."""
+        ``max_new_tokens`` against the model's context. ``update.global_mini_batch_size`` is
+        divided by the world size here (the module's and this step's settings both)."""
+        world = int(getattr(module.trainer, "world_size", 1) or 1)
+        self.settings = module.settings = self.settings.per_process(world, log=True)
         data = getattr(module.trainer, "datamodule", None)
         batch_size = getattr(data, "batch_size", None)
         if isinstance(batch_size, int):

@@ -10,8 +10,10 @@ before any model loads, with a message that names the dotted keys and the fix.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.settings import (
     AdvantageSettings,
@@ -100,6 +102,22 @@ class PPOSettings:
                 f"{problem}. Fix: {fix}."
             )
 
+    def per_process(self, world_size: int, log: bool = False) -> PPOSettings:
+        """The record with ``update.global_mini_batch_size`` resolved into this process's
+        ``update.mini_batch_size`` among ``world_size`` processes (``setup``; ``log``: one line
+        on rank 0 saying so)."""
+        g, total = self.rollout.samples_per_prompt, self.update.global_mini_batch_size
+        update = self.update.per_process(world_size, g)
+        if update is self.update:
+            return self
+        if log and total is not None:
+            rank_zero_info(
+                f"update.global_mini_batch_size={total} prompts: {update.mini_batch_size} "
+                f"sequences ({total // world_size} prompts x {g} samples) per optimizer step on "
+                f"each of {world_size} process{'es' if world_size > 1 else ''}"
+            )
+        return replace(self, update=update)
+
     def check_rollout_size(self, prompts_per_batch: int) -> None:
         """Refuse an ``update.mini_batch_size`` that does not divide the rollout of one batch of
         ``prompts_per_batch`` prompts (each epoch would end with a smaller optimizer step)."""
@@ -114,7 +132,8 @@ class PPOSettings:
             f"end with a step on {n % size if size < n else n}. Fix: set "
             f"model.init_args.update.mini_batch_size to a divisor of {n} (e.g. "
             f"{divisors[-1] if divisors else n}), or null for one step per rollout, or change "
-            "data.init_args.batch_size."
+            "data.init_args.batch_size (per process; global sizes: update.global_mini_batch_size "
+            "and data.init_args.global_batch_size, both in prompts)."
         )
 
     @property
@@ -127,7 +146,7 @@ class PPOSettings:
     def trainer_old_log_probs(self) -> bool:
         """Whether the update's old log-probs come from the trainer's own forward (recomputed,
         or the current policy's when every rollout gets exactly one update)."""
-        one_update = self.update.ppo_epochs == 1 and self.update.mini_batch_size is None
+        one_update = self.update.ppo_epochs == 1 and self.update.whole_rollout
         return self.recompute or one_update
 
     def update_size(self, n: int) -> int:

@@ -42,7 +42,10 @@ EXCEPTIONS: dict[tuple[str, str], tuple[int, str]] = {
     ),
     ("precision", "dtype"): (8, "each module's trainable-precision check at setup and its load"),
     ("precision", "reference_dtype"): (5, "checked where a module has no reference, and loaded"),
-    ("rollout", "samples_per_prompt"): (3, _CHECK),
+    ("rollout", "samples_per_prompt"): (
+        4,
+        f"{_CHECK}; update.global_mini_batch_size in sequences per process",
+    ),
     ("rollout", "max_staleness"): (4, _CHECK),
     ("rollout", "dynamic_sampling"): (3, _CHECK),
     ("rollout", "overlong_filter"): (2, _CHECK),
