@@ -8,7 +8,9 @@ into the composed config (``model.init_args.optim.lr``; a list entry by the clas
 ``class_path``, ``trainer.callbacks[TrustRegionEntropy].init_args.alpha``, or by index, ``[0]``);
 ``script:<name> ...`` names a setting outside the config, which is not checked here. ``authors``
 and ``ours`` are YAML values in backticks; an ``authors`` cell without backticks is prose (the
-authors fix no value there), which equals nothing, so its row needs a deviation reason.
+authors fix no value there), which equals nothing, so its row needs a deviation reason. The
+``source`` cites a file and line, a paper's section, table or equation, or says ``unverified: why``
+(:func:`citation`, :func:`check_citations`).
 
 Used by tests/test_preset_dry_run.py; unit-tested in tests/test_recipes.py.
 """
@@ -30,6 +32,15 @@ _HEADING = re.compile(
 _STEP = re.compile(r"([^.\[\]]+)|\[([^\]]+)\]")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 REL_TOL = 1e-9
+# The three forms of a source cell (docs/recipes.md, "Table format"): a file and line of the
+# authors' code (``path:12`` or ``path:12,30``), a section / table / equation of a paper
+# (``P §4.1``, ``P Table 2``, ``P eq. 13``, ``P abstract``, ``P[ICAE] §3.1``), or
+# ``unverified: why``.
+_FILE_CITE = re.compile(r"[\w.\-/]+\.[A-Za-z]{1,5}:\d+(?:,\d+)*\b")
+_PAPER_CITE = re.compile(
+    r"(?<![\w`])P(?:\[[^\]]+\])? (?:§ ?\d[\w.]*|Table [\w.]+|eq\. ?\d+|Fig\. ?\d+|abstract)"
+)
+_UNVERIFIED = re.compile(r"unverified: *\S")
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,35 @@ class RecipeRow:
     def is_config(self) -> bool:
         """A dotted config path (checked), not a ``script:`` setting."""
         return not self.setting.startswith("script:")
+
+    @property
+    def citation(self) -> str | None:
+        """How ``source`` cites the authors' value: ``file``, ``paper``, ``unverified``, or None."""
+        return citation(self.source)
+
+
+def citation(source: str) -> str | None:
+    """``unverified`` (the cell starts ``unverified: <why>``), ``file`` (a ``path:line``),
+    ``paper`` (``P §...``, ``P Table ...``, ``P eq. ...``, ``P abstract``), or None: no citation."""
+    if _UNVERIFIED.match(source):
+        return "unverified"
+    if _FILE_CITE.search(source):
+        return "file"
+    if _PAPER_CITE.search(source):
+        return "paper"
+    return None
+
+
+def check_citations(tables: dict[str, RecipeTable]) -> list[str]:
+    """Every row whose source cites neither a file and line, nor a paper's section, table or
+    equation, nor says ``unverified: <why>``."""
+    return [
+        f"docs/recipes.md:{row.line} `{row.setting}` ({name}): the source {row.source!r} cites "
+        "no `path:line`, no `P §...` / `P Table ...` / `P eq. ...`, and is not `unverified: <why>`"
+        for name, table in tables.items()
+        for row in table.rows
+        if row.citation is None
+    ]
 
 
 @dataclass(frozen=True)
@@ -167,6 +207,34 @@ def _select(node: Any, selector: str, path: str, walked: str) -> Any:
     if len(found) != 1:
         raise KeyError(f"{path}: {walked} holds {len(found)} entries of class {selector}, not 1")
     return found[0]
+
+
+# The rows every vLLM preset's table holds: settings that a CPU dry run (the HF engine, one
+# process) cannot exercise, so only the table can hold them to the authors'.
+VLLM_ROWS = {
+    "engine": ("model.init_args.engine.class_path",),
+    "rollout dtype": ("model.init_args.engine.init_args.dtype",),
+    "tensor parallel size": ("tensor_parallel_size", "tensor_model_parallel_size"),
+    "devices per node": ("trainer.devices",),
+    "nodes": ("trainer.num_nodes",),
+}
+
+
+def uses_vllm(preset: Any) -> bool:
+    """The preset's YAML (as loaded) rolls out with ``VLLMGenerationEngine``."""
+    engine = ((preset or {}).get("model") or {}).get("init_args", {}).get("engine") or {}
+    return str(engine.get("class_path", "")).endswith("VLLMGenerationEngine")
+
+
+def missing_vllm_rows(table: RecipeTable) -> list[str]:
+    """The rows of :data:`VLLM_ROWS` that ``table`` lacks (a tensor-parallel row matches by
+    name: it is a ``script:`` row, as lit-rlhf's vLLM engine has no such setting)."""
+    settings = [row.setting for row in table.rows]
+    return [
+        what
+        for what, names in VLLM_ROWS.items()
+        if not any(s == n or s.endswith(n) for s in settings for n in names)
+    ]
 
 
 def values_equal(a: Any, b: Any) -> bool:

@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from tests.recipes import RECIPES, check_table, lookup, parse_recipes, values_equal
+from tests.recipes import (
+    RECIPES,
+    check_citations,
+    check_table,
+    citation,
+    load_recipes,
+    lookup,
+    missing_vllm_rows,
+    parse_recipes,
+    uses_vllm,
+    values_equal,
+)
+
+REPO = RECIPES.parents[1]
 
 DOC = """# Recipes
 intro text | with a bar that is not a table
@@ -132,3 +146,70 @@ def test_short_row_is_refused():
 
 def test_the_shipped_doc_parses():
     parse_recipes(RECIPES.read_text())  # no malformed row or duplicate table
+
+
+@pytest.mark.parametrize(
+    ("source", "kind"),
+    [
+        ("S experiments/countdown/1.5b_ppo.sh:38 `rollout.n`", "file"),
+        ("V verl/trainer/config/ppo_trainer.yaml:49,191 `grad_clip`", "file"),
+        ("vLLM's `max_seq_len=4992` in the authors' log nohup.out:704", "file"),
+        ("P §4.1 (AdamW)", "paper"),
+        ("P[ICAE] §3.1 (the Pile)", "paper"),
+        ("P Table 2", "paper"),
+        ("P eq. 13", "paper"),
+        ("P abstract", "paper"),
+        ("unverified: 68bed1ae is not fetchable here", "unverified"),
+        ("S `rollout.n`", None),  # a key without a line
+        ("paper", None),
+        ("sec. 4.1", None),
+        ("run script and paper", None),
+        ("unverified:", None),  # no reason
+        ("the ratio 4:1", None),
+        ("GPU 8 x A100", None),
+    ],
+)
+def test_citation_forms(source, kind):
+    assert citation(source) == kind
+
+
+def test_a_row_without_a_citation_is_reported():
+    doc = DOC.replace("| `2` | paper | `2` |", "| `2` | P §2 | `2` |")
+    tables = parse_recipes(doc)
+    problems = check_citations(tables)
+    assert [p.split("`")[1] for p in problems] == [  # every row but the one citing P §2
+        "model.init_args.lr",
+        "model.init_args.max_new_tokens",
+        "data.init_args.sources[1].path",
+        "script:compare.py --seeds",
+        "model.init_args.schedule",
+    ]
+    assert all("cites no `path:line`" in p for p in problems)
+
+
+def test_every_shipped_row_cites_its_source():
+    """Every authors' cell of docs/recipes.md cites a file and line at the section's commit, a
+    paper's section / table / equation, or says ``unverified: <why>`` (no import skip here)."""
+    tables = load_recipes()
+    rows = [row for table in tables.values() for row in table.rows]
+    assert len(tables) >= 16 and len(rows) >= 600
+    assert check_citations(tables) == []
+    kinds = {row.citation for row in rows}
+    assert kinds == {"file", "paper", "unverified"}
+
+
+def test_every_vllm_preset_tables_the_settings_a_cpu_dry_run_cannot_exercise():
+    """Rollout dtype, tensor parallel size, engine and world size (devices per node, nodes)."""
+    checked = []
+    for name, table in load_recipes().items():
+        if uses_vllm(yaml.safe_load((REPO / name).read_text())):
+            assert missing_vllm_rows(table) == [], name
+            checked.append(name)
+    assert len(checked) >= 12, checked  # the TRE, MGS, GRM, DAPO, GSPO and calculator presets
+    bare = parse_recipes("### configs/a.yaml\n| `trainer.devices` | `8` | P §1 | `8` | |\n")
+    assert missing_vllm_rows(bare["configs/a.yaml"]) == [
+        "engine",
+        "rollout dtype",
+        "tensor parallel size",
+        "nodes",
+    ]

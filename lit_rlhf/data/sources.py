@@ -127,6 +127,9 @@ class FilePrompts:
         where: keep only the rows whose column holds one of the listed values, e.g.
             ``{level: [Level 3, Level 4, Level 5]}`` (MATH's hardest levels, as SimpleRL);
             applied before ``max_examples``.
+        shuffle_seed: shuffle the rows with this seed (``datasets.Dataset.shuffle(seed=...)``)
+            after ``where`` and before ``max_examples``, so that ``max_examples`` takes a seeded
+            sample rather than the split's first rows; ``None`` keeps the file's order.
 
     The other columns of the file are kept in the rows, for rewards that read them. A question
     column in chat format (a list of ``{role, content}`` messages, as verl's parquet files store
@@ -145,9 +148,18 @@ class FilePrompts:
         max_examples: int | None = None,
         question_template: str = "{question}",
         where: dict[str, list[Any]] | None = None,
+        shuffle_seed: int | None = None,
     ) -> None:
         if max_examples is not None and max_examples < 1:
             raise ValueError(f"max_examples must be >= 1 or None, got {max_examples}")
+        if shuffle_seed is not None and (
+            isinstance(shuffle_seed, bool) or not isinstance(shuffle_seed, int) or shuffle_seed < 0
+        ):
+            raise ValueError(
+                f"shuffle_seed must be an integer >= 0 or null, got {shuffle_seed!r}. Fix: set "
+                "shuffle_seed: 42 (a seeded sample), or null to keep the file's order."
+            )
+        self.shuffle_seed = shuffle_seed
         _check_template(question_template)
         self.path = path
         self.split = split
@@ -166,6 +178,8 @@ class FilePrompts:
 
     def load(self) -> datasets.Dataset:
         raw = self._filter(self._load_raw())
+        if self.shuffle_seed is not None:
+            raw = raw.shuffle(seed=self.shuffle_seed)
         if self.max_examples is not None:
             raw = raw.select(range(min(self.max_examples, len(raw))))
         self._check_columns(raw.column_names)
