@@ -7,28 +7,37 @@ for the layers this project trains: transformers' Llama / Qwen2 / Qwen3 decoders
 no dropout, grouped-query attention, a SwiGLU MLP of ``intermediate_size``) and for what
 ``lit_rlhf`` runs around them (:mod:`lit_rlhf.models.forward`, :mod:`lit_rlhf.models.chunked`,
 :mod:`lit_rlhf.algos.entropy`). Every term names the tensor it stands for; nothing is fitted.
+The tensors were checked one by one on CPU with ``torch.autograd.graph.saved_tensors_hooks``.
 
 Per token and layer, ``d`` bytes per element of the compute dtype, a trained forward keeps:
 
-- each RMSNorm (two per layer): the float32 copy of its input (``pow`` and ``mul`` save it;
-  for float32 inputs the input itself) and the normalised output in ``d`` (the weight's
-  ``mul`` saves it): ``(4 + d) * h`` each;
-- attention: the rotated queries (``hq = heads * head_dim``), the keys and values as the
-  attention kernel sees them (repeated to ``hq`` by ``repeat_kv`` when a padding mask is given,
-  as in the padded path; ``kv = kv_heads * head_dim`` otherwise), the kernel's output and the
-  contiguous copy the output projection saves: ``(3 * hq + 2 * kv_eff) * d``; eager attention
-  also keeps the float32 softmax (and its cast to ``d`` when ``d`` < 4): ``heads * s * (4 [+ d])``;
-  SDPA's fused kernels keep a float32 log-sum-exp per head (``4 * heads``);
+- each RMSNorm (two per layer): the float32 copy of its input (``pow`` and the ``rsqrt``
+  product save it; for float32 inputs the input itself), the normalised value in ``d`` (the
+  weight's product saves it) and the norm's output (the next projections save it):
+  ``(4 + 2 * d) * h``, plus the float32 ``rsqrt`` (4 bytes);
+- attention: the rotated queries (``hq = heads * head_dim``), the keys and values as the kernel
+  sees them (repeated to ``hq`` by ``repeat_kv`` in the padded path, which passes a mask;
+  ``kv = kv_heads * head_dim`` otherwise) and the output the output projection saves:
+  ``(2 * hq + 2 * kv_eff) * d``; SDPA's fused kernels add a float32 log-sum-exp per head;
+  eager attention keeps the float32 softmax over ``kv_len`` keys per head (and its cast to
+  ``d`` when ``d`` < 4);
 - the SwiGLU MLP: the gate and up projections, ``silu(gate)`` and the product the down
   projection saves: ``4 * intermediate * d``.
 
-Once per forward: the boolean attention mask ``[b, 1, s, s]`` (float in ``d`` for eager
-attention) and the final RMSNorm. With gradient checkpointing (transformers'
-``gradient_checkpointing_enable``, non-reentrant) each layer keeps only its input (``h * d``)
-and backward recomputes one layer at a time, so the peak is every layer's input plus one full
-layer. Backward adds a working set on top of what is kept: the residual-stream gradient and the
-gradients of the largest intermediates of the layer being differentiated (two of
-``intermediate`` width, two of ``h``).
+Once per forward: the additive attention mask (``[rows, 1, q_len, kv_len]`` in ``d``; the padded
+path always passes one), the rotary tables (``cos``, ``sin`` in float32) and the final RMSNorm.
+With gradient checkpointing (transformers' ``gradient_checkpointing_enable``, non-reentrant)
+each layer keeps only its input (``h * d``) and backward recomputes one layer at a time: every
+layer's input plus one full layer. Backward adds a working set: the residual stream's gradient
+in and out and the gradients of two ``intermediate``-wide tensors of the layer being
+differentiated.
+
+Shared prompts (:func:`lit_rlhf.models.forward._shared_prompt_forward`: the G samples of a
+prompt in one micro-batch, no checkpointing): the prompt runs once per distinct prompt, the
+responses run with every row's copy of the prompt's keys and values (held by the KV cache), and
+autograd holds the response pass's weight gradients in its input buffers until the prompt
+pass's backward adds its share: one gradient of the decoder's weights, held while the response
+pass's activations are freed.
 
 The logits are a separate item (``"logits"``): their size is vocabulary-bound, not layer-bound.
 """
@@ -48,22 +57,32 @@ def head_dim(arch: Architecture) -> int:
     return arch.head_dim or arch.hidden_size // arch.num_attention_heads
 
 
-def layer_saved_bytes_per_token(
-    arch: Architecture, *, seq_len: int, d: int, attention: str = "sdpa", repeat_kv: bool = True
-) -> int:
-    """Bytes one decoder layer keeps for backward, per token (see the module docstring)."""
-    h, i, a = arch.hidden_size, arch.intermediate_size, arch.num_attention_heads
-    hq = a * head_dim(arch)
+def _widths(arch: Architecture, repeat_kv: bool) -> tuple[int, int]:
+    hq = arch.num_attention_heads * head_dim(arch)
     kv = arch.num_key_value_heads * head_dim(arch)
-    kv_eff = hq if repeat_kv else kv
-    norms = 2 * (FP32 + d) * h
-    attn = (3 * hq + 2 * kv_eff) * d
+    return hq, hq if repeat_kv else kv
+
+
+def layer_saved_bytes_per_token(
+    arch: Architecture, *, kv_len: int, d: int, attention: str = "sdpa", repeat_kv: bool = True
+) -> int:
+    """Bytes one decoder layer keeps for backward, per query token (the module docstring)."""
+    h, i, a = arch.hidden_size, arch.intermediate_size, arch.num_attention_heads
+    hq, kv_eff = _widths(arch, repeat_kv)
+    norms = 2 * ((FP32 + 2 * d) * h + FP32)
+    attn = (2 * hq + 2 * kv_eff) * d
     if attention == "eager":
-        attn += a * seq_len * (FP32 + (d if d != FP32 else 0))
+        attn += a * kv_len * (FP32 + (d if d != FP32 else 0))
     else:
         attn += a * FP32  # log-sum-exp of the fused kernel
-    mlp = 4 * i * d
-    return norms + attn + mlp
+    return norms + attn + 4 * i * d
+
+
+def layer_weight_count(arch: Architecture) -> int:
+    """Parameters of one decoder layer (projections and norms; biases left out)."""
+    h, i = arch.hidden_size, arch.intermediate_size
+    hq, kv = _widths(arch, repeat_kv=False)
+    return h * (2 * hq + 2 * kv) + 3 * h * i + 2 * h
 
 
 def backward_working_bytes_per_token(arch: Architecture, *, d: int) -> int:
@@ -73,22 +92,25 @@ def backward_working_bytes_per_token(arch: Architecture, *, d: int) -> int:
 
 
 def no_grad_layer_bytes_per_token(
-    arch: Architecture, *, seq_len: int, d: int, attention: str = "sdpa", repeat_kv: bool = True
+    arch: Architecture, *, kv_len: int, d: int, attention: str = "sdpa", repeat_kv: bool = True
 ) -> int:
     """The transient peak of one layer in a no-grad forward: the residual stream and the
-    normalised input, plus the larger of the attention block (queries, keys and values before
-    and after rotation/repetition, the output) and the MLP (three ``intermediate``-wide
-    tensors alive at once: gate, up and ``silu(gate)``, or ``silu(gate)``, up and the
-    product)."""
+    normalised input (with the norm's float32 copy), plus the larger of the attention block
+    (queries, keys and values before and after rotation/repetition, the output) and the MLP
+    (three ``intermediate``-wide tensors alive at once)."""
     h, i, a = arch.hidden_size, arch.intermediate_size, arch.num_attention_heads
-    hq = a * head_dim(arch)
+    hq, kv_eff = _widths(arch, repeat_kv)
     kv = arch.num_key_value_heads * head_dim(arch)
-    kv_eff = hq if repeat_kv else kv
-    stream = 2 * h * d + FP32 * h  # residual, normalised output, the norm's float32 copy
+    stream = 2 * h * d + FP32 * h
     attn = (2 * hq + 2 * kv + 2 * kv_eff + hq) * d
     if attention == "eager":
-        attn += a * seq_len * (FP32 + (d if d != FP32 else 0))
+        attn += a * kv_len * (FP32 + (d if d != FP32 else 0))
     return stream + max(attn, 3 * i * d)
+
+
+def _per_forward(arch: Architecture, rows: int, q_len: int, kv_len: int, d: int) -> int:
+    """The attention mask and the rotary tables of one forward."""
+    return rows * q_len * kv_len * d + 2 * rows * q_len * head_dim(arch) * FP32
 
 
 def activation_bytes(
@@ -101,25 +123,54 @@ def activation_bytes(
     trainable: bool = True,
     attention: str = "sdpa",
     packed: bool = False,
+    response_len: int = 0,
+    shared_prompt_rows: int | None = None,
 ) -> int:
-    """Peak bytes of the decoder's activations for one micro-batch (logits excluded).
+    """Peak bytes of a decoder's activations for one micro-batch (logits excluded): the policy's
+    trunk, or a separate critic's (the value head keeps the final norm's output, counted).
 
-    ``packed``: the rows are laid back to back in one row (``micro_batch_tokens``); the mask is
-    then one ``[N, N]`` block-diagonal matrix and keys/values are not repeated."""
+    ``packed``: the rows laid back to back in one row (``micro_batch_tokens``): one
+    block-diagonal ``[N, N]`` mask and no key/value repetition. ``shared_prompt_rows``: the
+    distinct prompts among the rows when prompts are shared (see the module docstring)."""
     d, b, s, L = compute_dtype_bytes, sequences, seq_len, arch.num_hidden_layers
     tokens = b * s
-    mask_rows = 1 if packed else b
-    mask_len = tokens if packed else s
-    mask = mask_rows * mask_len * mask_len * (d if attention == "eager" else 1)
-    kw = {"seq_len": mask_len, "d": d, "attention": attention, "repeat_kv": not packed}
+    rows, length = (1, tokens) if packed else (b, s)
+    kw = {"d": d, "attention": attention, "repeat_kv": not packed}
     if not trainable:
-        return tokens * no_grad_layer_bytes_per_token(arch, **kw) + mask  # type: ignore[arg-type]
-    layer = tokens * layer_saved_bytes_per_token(arch, **kw)  # type: ignore[arg-type]
-    final_norm = tokens * (FP32 + d) * arch.hidden_size
+        per = no_grad_layer_bytes_per_token(arch, kv_len=length, **kw)  # type: ignore[arg-type]
+        return tokens * per + _per_forward(arch, rows, length, length, d)
+    final_norm = tokens * ((FP32 + 2 * d) * arch.hidden_size + FP32)
     working = tokens * backward_working_bytes_per_token(arch, d=d)
+    u = shared_prompt_rows
+    if u is not None and u < b and not gradient_checkpointing and not packed:
+        shared = _shared_prompt_bytes(arch, b, u, s, response_len, d, attention)
+        return shared + working
+    layer = tokens * layer_saved_bytes_per_token(arch, kv_len=length, **kw)  # type: ignore[arg-type]
     # checkpointing: every layer's input and one layer recomputed in backward
     kept = L * tokens * arch.hidden_size * d + layer if gradient_checkpointing else L * layer
-    return kept + final_norm + working + mask
+    return kept + final_norm + working + _per_forward(arch, rows, length, length, d)
+
+
+def _shared_prompt_bytes(
+    arch: Architecture, b: int, u: int, s: int, r: int, d: int, attention: str
+) -> int:
+    """The larger of two moments of the shared-prompt path. When backward starts: the prompt
+    pass's kept tensors (``u`` rows of ``p`` tokens) and the response pass's (``b`` rows of ``r``
+    tokens attending to ``p + r`` keys: each row's copy of the prompt's keys and values). When the
+    response pass's backward ends (its activations freed): the prompt pass's kept tensors, the
+    gradients of every layer's ``[b, p + r]`` keys and values (waiting for the prompt's
+    backward) and the response pass's weight gradients (decoder layers and the embedding) held in
+    autograd's input buffers until the prompt pass adds its share."""
+    p, L, h = s - r, arch.num_hidden_layers, arch.hidden_size
+    _, kv_eff = _widths(arch, repeat_kv=True)
+    prompt = L * u * p * layer_saved_bytes_per_token(arch, kv_len=p, d=d, attention=attention)
+    prompt += _per_forward(arch, u, p, p, d)
+    answer = b * r * layer_saved_bytes_per_token(arch, kv_len=s, d=d, attention=attention)
+    keys_values = L * 2 * b * s * kv_eff * d
+    final_norm = b * r * ((FP32 + 2 * d) * h + FP32)
+    start = prompt + L * answer + keys_values + _per_forward(arch, b, r, s, d) + final_norm
+    held_grads = (L * layer_weight_count(arch) + arch.vocab_size * h) * d
+    return max(start, prompt + keys_values + held_grads)
 
 
 def logits_bytes(
@@ -138,8 +189,7 @@ def logits_bytes(
     log-prob function keeps; its backward allocates the logits' gradient (``[b, R, V]``) while
     they are still alive, then the temperature's and the slice's gradients replace it. Both
     sides add float32 chunk buffers of ``lit_rlhf.algos.entropy`` (log-softmax and softmax of
-    up to 1024 rows). Trained: about two ``[b, R+1, V]`` tensors plus the chunk buffers.
-    No-grad: the head's output and the tempered copy plus the chunk buffers.
+    up to 1024 rows): about two ``[b, R+1, V]`` tensors plus the chunk buffers, trained or not.
 
     Chunked path (``logits_chunk``: :func:`lit_rlhf.models.chunked.packed_response_forward`):
     only one chunk of ``logits_chunk`` response positions exists at a time (recomputed in
@@ -149,12 +199,9 @@ def logits_bytes(
     rows = sequences * response_len
     if logits_chunk is not None:
         c = min(logits_chunk, rows)
-        chunk_f32 = 2 * c * v * FP32
-        return (3 if trainable else 2) * c * v * d + chunk_f32
+        return (3 if trainable else 2) * c * v * d + 2 * c * v * FP32
     c = min(LOG_PROB_CHUNK_ROWS, rows)
-    chunk_f32 = 2 * c * v * FP32
-    full = sequences * (response_len + 1) * v * d
-    return 2 * full + chunk_f32
+    return 2 * sequences * (response_len + 1) * v * d + 2 * c * v * FP32
 
 
 def micro_batch_peak_bytes(
@@ -168,13 +215,16 @@ def micro_batch_peak_bytes(
     trainable: bool = True,
     logits_chunk: int | None = None,
     attention: str = "sdpa",
+    shared_prompt_rows: int | None = None,
 ) -> dict[str, int]:
     """``{"activations": ..., "logits": ...}`` bytes of one micro-batch of ``sequences`` rows
     of ``seq_len`` tokens (prompt + response), ``response_len`` of them scored.
 
     ``trainable=False``: a no-grad forward (reference, reward, old log-probs). ``logits_chunk``:
     the packed path's LM-head chunk (``lit_rlhf.models.chunked.CHUNK_TOKENS``); None: the padded
-    path. ``attention``: ``"sdpa"`` (transformers' default) or ``"eager"``."""
+    path. ``attention``: ``"sdpa"`` (transformers' default) or ``"eager"``.
+    ``shared_prompt_rows``: distinct prompts among the rows when the update shares prompts
+    (``forward_response``'s default without checkpointing; None: every row runs in full)."""
     for name, value in (("sequences", sequences), ("seq_len", seq_len)):
         if value < 1:
             raise ValueError(f"{name}={value}: a micro-batch needs at least one. Fix: pass >= 1.")
@@ -194,6 +244,8 @@ def micro_batch_peak_bytes(
         trainable=trainable,
         attention=attention,
         packed=logits_chunk is not None,
+        response_len=response_len,
+        shared_prompt_rows=shared_prompt_rows,
     )
     logits = logits_bytes(
         arch,
