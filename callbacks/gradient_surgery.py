@@ -103,18 +103,11 @@ class ModularGradientSurgery(Callback):
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """Group the trainable parameters now, so an unknown parameter name fails before the
-        first rollout rather than at the first optimizer step; on a GPU, refuse a run whose
-        per-domain gradients alone cannot fit it."""
-        trainable = [(n, p) for n, p in pl_module.named_parameters() if p.requires_grad]
-        self._groups = group_parameters([n for n, _ in trainable], self.granularity,
-                                        self.module_map)  # fmt: skip
-        tasks = _training_tasks(trainer)
-        device = getattr(pl_module, "device", torch.device("cpu"))
-        if tasks and device.type == "cuda":
-            total = torch.cuda.get_device_properties(device).total_memory
-            problem = memory_problem(tasks, [p for _, p in trainable], total)
-            if problem:
-                raise ValueError(problem)
+        first rollout rather than at the first optimizer step. (Whether the per-domain
+        gradients fit the GPU, next to everything else it holds, is the memory plan's check in
+        the module's ``setup``: :mod:`lit_rlhf.plan.check`.)"""
+        trainable = [n for n, p in pl_module.named_parameters() if p.requires_grad]
+        self._groups = group_parameters(trainable, self.granularity, self.module_map)
 
     def combine_task_gradients(
         self, trainer: Any, pl_module: Any, grads_by_task: Mapping[str, Mapping[str, Tensor]]
@@ -206,37 +199,3 @@ def _norm_change(
         "removed_share": torch.tensor(removed**0.5 / scale if scale > 0 else 0.0),
         "norm_ratio": torch.tensor(after**0.5 / scale if scale > 0 else 0.0),
     }
-
-
-def memory_problem(tasks: int, params: list[Tensor], device_bytes: int) -> str | None:
-    """Why the surgery's buffers cannot fit one device, or None.
-
-    Every rank holds one float32 gradient per domain and their float32 combination (under DDP
-    and DeepSpeed ZeRO-1/2 alike: the per-domain gradients are full, not partitioned) next to
-    the trainable weights: ``(tasks + 1) x 4`` bytes per trainable parameter plus the weights. A
-    lower bound of the need (optimizer state, activations and the generation engine come on
-    top), so a refused run could never have fitted.
-    """
-    numel = sum(p.numel() for p in params)
-    weights = sum(p.numel() * p.element_size() for p in params)
-    buffers = (tasks + 1) * 4 * numel
-    if buffers + weights <= device_bytes:
-        return None
-    gb = 1e9
-    return (
-        f"ModularGradientSurgery keeps one float32 gradient per domain and their combination on "
-        f"every GPU: ({tasks} domains + 1) x 4 bytes x {numel / 1e9:.2f}B trainable parameters "
-        f"= {buffers / gb:.1f} GB, next to {weights / gb:.1f} GB of weights, more than the "
-        f"{device_bytes / gb:.1f} GB this GPU holds. Fix: train fewer parameters (a smaller "
-        "model), mix fewer domains, or use GPUs with more memory; the per-domain gradients are "
-        "not sharded across GPUs (docs/multidomain.md, Memory)."
-    )
-
-
-def _training_tasks(trainer: Any) -> int | None:
-    """How many tasks the training prompts hold (a data module with a ``train_data`` table that
-    has a ``task`` column, as ``PromptDataModule``), or None when unknown."""
-    data = getattr(getattr(trainer, "datamodule", None), "train_data", None)
-    if data is None or "task" not in getattr(data, "column_names", ()):
-        return None
-    return len(set(data["task"]))

@@ -42,6 +42,7 @@ from lit_rlhf.modules.compressor_setup import (
     check_data_context,
     memory_tokens,
 )
+from lit_rlhf.plan.check import check_memory
 from lit_rlhf.settings import (
     Dtype,
     LoRASettings,
@@ -134,6 +135,7 @@ class CompressorDecoderModule(LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the strategy is known and no weights are loaded yet
             check_trainable_precision(self.trainer, {"precision.dtype": self.precision.dtype})
+            check_memory(self)  # the memory plan on CUDA (precision.memory_check)
         data = getattr(self.trainer, "datamodule", None)
         sources = {name: getattr(data, f"{name}_source", None) for name in ("train", "val", "test")}
         check_data_context(self.hp.context_tokens, self.k, self.hp.compression_rate, sources)

@@ -38,6 +38,7 @@ from lit_rlhf.models import load_causal_lm
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.likelihood import response_log_probs
 from lit_rlhf.models.lora import is_lora, merged_copy
+from lit_rlhf.plan.check import check_memory
 from lit_rlhf.settings import (
     LoRASettings,
     OptimSettings,
@@ -171,6 +172,7 @@ class DPOModule(LightningModule):
         if stage != "fit":  # the strategy is known and no weights are loaded yet
             return
         check_trainable_precision(self.trainer, {"precision.dtype": self.precision.dtype})
+        check_memory(self)  # the memory plan on CUDA (precision.memory_check)
         strategy = self.trainer.strategy
         zero3 = is_deepspeed(strategy) and getattr(strategy, "zero_stage_3", False)
         if zero3 and self.lora.enabled and self.hp.export_dir is not None:

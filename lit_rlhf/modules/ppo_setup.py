@@ -10,6 +10,7 @@ from typing import Any
 from lit_rlhf.envs import Environment
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.lora import check_quantize_supported
+from lit_rlhf.plan.check import check_memory
 from lit_rlhf.settings import EnvironmentSettings, RolloutSettings, SettingsGroup
 from lit_rlhf.training import PolicyNetworks, build_policy_networks, check_trainable_precision
 from lit_rlhf.training.multiturn import MultiTurnRollout
@@ -78,9 +79,11 @@ def check_unread(module: Any, environment: Environment | None) -> None:
 
 def check_fit_setup(module: Any) -> None:
     """``setup("fit")``, before any network loads: trainable weights are not stepped in 16
-    bits without float32 masters, and QLoRA's 4-bit base has what it needs."""
+    bits without float32 masters, QLoRA's 4-bit base has what it needs, and the memory plan
+    fits the GPU."""
     check_trainable_precision(module.trainer, {"precision.dtype": module.precision.dtype})
     check_quantize_supported(module.lora.quantize)
+    check_memory(module)  # the memory plan on CUDA (precision.memory_check)
 
 
 def build_networks(

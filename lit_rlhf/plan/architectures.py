@@ -108,10 +108,13 @@ def from_config_dict(name: str, config: Mapping[str, Any], source: str) -> Archi
     )  # fmt: skip
 
 
-def architecture(name: str, arch_map: Mapping[str, str] | None = None) -> Architecture:
+def architecture(
+    name: str, arch_map: Mapping[str, str] | None = None, *, allow_hub: bool = False
+) -> Architecture:
     """The architecture of ``name``: a ``builtin:`` model, a table row (hub id), a local folder
-    with a ``config.json``, or a path that ``arch_map`` maps to one of those (``--arch``).
-    Anything else is refused with the fix."""
+    with a ``config.json``, or a path that ``arch_map`` maps to one of those (``--arch``);
+    ``allow_hub`` (a run's setup, whose weights load next): any other id through transformers'
+    ``AutoConfig`` (its cache or the hub). Anything else is refused with the fix."""
     arch_map = arch_map or {}
     mapped = arch_map.get(name) or arch_map.get(name.rstrip("/"))
     if mapped is not None:
@@ -125,6 +128,14 @@ def architecture(name: str, arch_map: Mapping[str, str] | None = None) -> Archit
     if (folder / "config.json").is_file():
         config = json.loads((folder / "config.json").read_text())
         return from_config_dict(name, config, str(folder / "config.json"))
+    if allow_hub:
+        try:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(name).to_dict()
+            return from_config_dict(name, config, f"transformers AutoConfig of {name}")
+        except (OSError, ValueError, KeyError):
+            pass
     known = ", ".join(sorted(TABLE))
     raise ValueError(
         f"no architecture known for model {name!r}: not a builtin: model, not in the plan's "

@@ -31,9 +31,10 @@ class Context:
     floor: int = 0  # tensors a micro-batch at the maximum lengths must hold (lower bound)
     trained: list[tuple[str, Architecture]] = field(default_factory=list)
     tasks: int | None = None  # gradient-surgery domains, where the data said (setup)
+    allow_hub: bool = False  # unknown ids through transformers' AutoConfig (setup)
 
     def arch(self, name: str) -> Architecture:
-        return architecture(name, self.arch_map)
+        return architecture(name, self.arch_map, allow_hub=self.allow_hub)
 
     def add(self, *items: Item) -> None:
         self.items.extend(items)
@@ -210,7 +211,8 @@ def floor_bytes(ctx: Context, arch: Architecture, shapes: cfg.Shapes, *, logits:
 
 
 def gib(n: float) -> str:
-    return f"{n / GiB:.1f} GiB"
+    """A size in GiB (MiB below 1 GiB)."""
+    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / 2**20:.1f} MiB"
 
 
 def ceil_div(a: int, b: int) -> int:

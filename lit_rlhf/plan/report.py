@@ -105,14 +105,16 @@ def plan_from_config(
     gpu_memory: int | None = None,
     arch_map: Mapping[str, str] | None = None,
     tasks: int | None = None,
+    allow_hub: bool = False,
 ) -> Plan:
     """The plan of a composed config (keys ``trainer``, ``model``, ``data``) on ``gpus``
     processes (default: the trainer's devices x num_nodes) with ``gpu_memory`` bytes each
     (default 80 GiB); ``arch_map``: {path: hub id} for local folders without a config.json;
-    ``tasks``: the domains of a gradient-surgery run where the config cannot say."""
+    ``tasks``: the domains of a gradient-surgery run where the config cannot say;
+    ``allow_hub``: read architectures the table lacks through transformers (a run's setup)."""
     world, source = cfg.world_size(config, gpus)
     ctx = Context(config, world, gpu_memory or DEFAULT_GPU_MEMORY, dict(arch_map or {}),
-                  cfg.strategy(config), tasks=tasks)  # fmt: skip
+                  cfg.strategy(config), tasks=tasks, allow_hub=allow_hub)  # fmt: skip
     name = cfg.class_name(config.get("model") or {})
     batch, shapes, flops = family(name)(ctx)
     return Plan(name, world, source, ctx.strategy.label, cfg.precision_name(config),

@@ -9,6 +9,7 @@ from typing import Literal
 from lit_rlhf.settings.base import SettingsGroup
 
 Dtype = Literal["float32", "bfloat16", "float16"]
+MemoryCheck = Literal["refuse", "warn", "off"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class PrecisionSettings(SettingsGroup):
             network with its adapters off, so it must stay null there.
         gradient_checkpointing: recompute activations in the backward pass (less memory, about
             a third more compute).
+        memory_check: the memory plan at ``setup`` on CUDA, before any weights load
+            (``lit-rlhf plan`` prints the same): ``refuse`` a run whose lower bound per GPU
+            exceeds the GPU (and warn when only the estimate does), ``warn`` only, or ``off``.
     """
 
     GROUP = "precision"
@@ -31,6 +35,7 @@ class PrecisionSettings(SettingsGroup):
     dtype: Dtype = "float32"
     reference_dtype: Dtype | None = None
     gradient_checkpointing: bool = False
+    memory_check: MemoryCheck = "refuse"
 
     def check(self) -> None:
         if self.reference_dtype is not None and self.reference_dtype not in (

@@ -8,6 +8,7 @@ from typing import Any
 from lightning import Callback
 
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
+from lit_rlhf.plan.check import check_memory
 from lit_rlhf.settings import PrecisionSettings
 from lit_rlhf.training.export import export_pretrained
 from lit_rlhf.training.loader_position import EpochEndLoaderReset
@@ -37,6 +38,7 @@ class ExportedModelHooks:
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the strategy is known and no weights are loaded yet
             check_trainable_precision(self.trainer, {"precision.dtype": self.precision.dtype})
+            check_memory(self)  # the memory plan on CUDA (precision.memory_check)
 
     def configure_callbacks(self) -> list[Callback]:
         return [GlobalRNGState(), EpochEndLoaderReset()]

@@ -59,6 +59,7 @@ def test_hparams_are_plain_dicts_that_load_weights_only(python_checkpoint: Path)
     assert hparams["optim"]["lr"] == 1e-3 and hparams["optim"]["micro_batch_size"] == 2
     assert hparams["precision"] == {
         "dtype": "float32", "reference_dtype": None, "gradient_checkpointing": False,
+        "memory_check": "refuse",
     }  # fmt: skip
     rebuilt = SFTModule.load_from_checkpoint(python_checkpoint)
     assert rebuilt.optim == OptimSettings(lr=1e-3, micro_batch_size=2)
