@@ -31,8 +31,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -44,7 +42,8 @@ UNMEASURED = [
     "reward models' and judges' forwards (rewards are synthetic)",
     "sharding over several processes (one device: ZeRO states are unsharded)",
 ]
-_DROP = ("engine", "reward", "tokenizer", "environment")  # built from config objects: stand-ins
+# stand-ins replace these (multi-turn presets are measured as single-turn rollouts: no env)
+_DROP = ("engine", "reward", "tokenizer", "environment", "env")
 
 
 def compose(configs: list[str]) -> dict[str, Any]:
@@ -58,7 +57,9 @@ def compose(configs: list[str]) -> dict[str, Any]:
     out = subprocess.run([*args, "--print_config"], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise ValueError(f"composing {configs} failed:\n{out.stderr[-2000:]}")
-    composed: dict[str, Any] = yaml.safe_load(out.stdout)
+    lines = out.stdout.splitlines()  # after any library's warnings printed to stdout
+    start = next((i for i, line in enumerate(lines) if line[:1].isalpha()), 0)
+    composed: dict[str, Any] = yaml.safe_load("\n".join(lines[start:]))
     return composed
 
 
@@ -121,95 +122,14 @@ def _instantiate(spec: Any) -> Any:
     return cls(**kwargs)
 
 
-@contextmanager
-def random_weights(device: torch.device, layers: int | None) -> Iterator[None]:
-    """``from_pretrained`` of transformers' auto classes builds a randomly initialised network
-    of the plan's architecture on ``device`` instead (``layers``: fewer decoder layers)."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-    from lit_rlhf.plan.architectures import architecture
-    from lit_rlhf.plan.params import hf_config
-
-    def config_of(name: str) -> Any:
-        arch = architecture(str(name))
-        if layers is not None:
-            arch = dataclasses.replace(arch, num_hidden_layers=min(layers, arch.num_hidden_layers))
-        return hf_config(arch)
-
-    def builder(cls: Any) -> Callable[..., Any]:
-        def build(name: str, *args: Any, **kwargs: Any) -> Any:
-            config = kwargs.get("config") or config_of(name)
-            dtype = kwargs.get("dtype") or torch.float32
-            with torch.device(device):
-                return cls.from_config(config, dtype=dtype)
-
-        return build
-
-    saved = {cls: cls.__dict__["from_pretrained"] for cls in (AutoModel, AutoModelForCausalLM)}
-    saved_config = AutoConfig.__dict__["from_pretrained"]
-    try:
-        for cls in saved:
-            cls.from_pretrained = builder(cls)  # type: ignore[method-assign]
-        AutoConfig.from_pretrained = config_of  # type: ignore[method-assign,assignment]
-        yield
-    finally:
-        for cls, method in saved.items():
-            cls.from_pretrained = method  # type: ignore[method-assign]
-        AutoConfig.from_pretrained = saved_config  # type: ignore[method-assign]
-
-
-class _StandIn:
-    """A tokenizer's ids (the update reads only the end-of-sequence and padding ids)."""
-
-    eos_token_id = 0
-    pad_token_id = 0
-
-
-def synthetic_rollout(batch: dict[str, Any], group: int, prompt_len: int, response: int,
-                      vocab: int, device: torch.device) -> Any:  # fmt: skip
-    """``group`` full-length responses for each prompt of ``batch``, random tokens and scores."""
-    from lit_rlhf.types import Rollout
-
-    n = len(batch["prompt"]) * group
-    ids = torch.randint(1, vocab, (n, prompt_len + response), device=device)
-    ones = torch.ones(n, prompt_len + response, dtype=torch.bool, device=device)
-    return Rollout(
-        prompt_ids=ids[:, :prompt_len], prompt_mask=ones[:, :prompt_len],
-        response_ids=ids[:, prompt_len:], response_mask=ones[:, prompt_len:],
-        sample_log_probs=-torch.rand(n, response, device=device),
-        group_ids=torch.arange(len(batch["prompt"]), device=device).repeat_interleave(group),
-        query_ids=[str(i // group) for i in range(n)], tasks=["synthetic"] * n,
-        rows=[{}] * n, prompts=[""] * n, responses=[""] * n,
-        scores=torch.randn(n, device=device), reward_info={},
-    )  # fmt: skip
-
-
-class Recorder:
-    """Wraps ``PolicyStep.prepare`` / ``optimize``: each call's peak memory (CUDA's allocator;
-    None elsewhere), the memory held when it starts, its seconds and the update's perf stats."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device, self.calls = device, []  # type: ignore[var-annotated]
-        self.cuda = device.type == "cuda"
-
-    def wrap(self, phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        from lit_rlhf.plan.flops import elapsed, start_timer
-
-        def call(*args: Any) -> Any:
-            if self.cuda:
-                torch.cuda.reset_peak_memory_stats(self.device)
-            held = torch.cuda.memory_allocated(self.device) if self.cuda else None
-            start = start_timer(self.device)
-            out = method(*args)
-            seconds = elapsed(self.device, start)
-            peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else None
-            perf = {k: float(v) for k, v in out.items() if k[:5] == "perf/"} if isinstance(
-                out, dict) else {}  # fmt: skip
-            self.calls.append({"phase": phase, "seconds": seconds, "held_bytes": held,
-                               "peak_bytes": peak, **perf})  # fmt: skip
-            return out
-
-        return call
+def _written(spec: Any) -> Any:
+    """A strategy's spec without the defaults ``--print_config`` writes out as None and its
+    ``timeout`` (a string there; the default stays)."""
+    if not isinstance(spec, dict):
+        return spec
+    args = spec.get("init_args") or {}
+    keep = {k: v for k, v in args.items() if v is not None and k != "timeout"}
+    return {**spec, "init_args": keep}
 
 
 def update_callbacks(specs: list[Any]) -> list[Any]:
@@ -236,6 +156,12 @@ def run(config: dict[str, Any], opts: argparse.Namespace) -> list[dict[str, Any]
     import lightning as L
 
     from lit_rlhf.plan.architectures import architecture
+    from lit_rlhf.plan.synthetic import (
+        Recorder,
+        StandInTokenizer,
+        random_weights,
+        synthetic_rollout,
+    )
     from lit_rlhf.rollout import HFGenerationEngine
 
     args = "model.init_args"
@@ -256,7 +182,7 @@ def run(config: dict[str, Any], opts: argparse.Namespace) -> list[dict[str, Any]
     extra = {"reward": lambda *a: None} if "reward" in model_spec["init_args"] else {}
     recorder = Recorder(device)
     with random_weights(device, opts.layers):
-        module = module_cls(engine=engine, tokenizer=_StandIn(), **extra, **init)
+        module = module_cls(engine=engine, tokenizer=StandInTokenizer(), **extra, **init)
         vocab = architecture(str(init["model"])).vocab_size
         module.rl.collect = lambda mod, batch: synthetic_rollout(
             batch, group, prompt_len, response, vocab, device
@@ -266,7 +192,7 @@ def run(config: dict[str, Any], opts: argparse.Namespace) -> list[dict[str, Any]
         callbacks = update_callbacks(trainer_cfg.get("callbacks") or [])
         trainer = L.Trainer(
             accelerator=device.type, devices=1, precision=trainer_cfg.get("precision", "32-true"),
-            strategy=_instantiate(trainer_cfg.get("strategy") or "auto"),
+            strategy=_instantiate(_written(trainer_cfg.get("strategy") or "auto")),
             max_epochs=1, limit_train_batches=opts.steps, logger=False, callbacks=callbacks,
             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         )  # fmt: skip
