@@ -275,10 +275,9 @@ def predicted(config: dict[str, Any], layers: int | None) -> dict[str, Any]:
     if layers is not None:
         out["plan"] = "not comparable: --layers cuts the network the plan sizes whole"
         return out
-    try:
-        from lit_rlhf.plan import plan_from_config  # type: ignore[attr-defined]
-    except ImportError as err:
-        out["plan"] = f"unavailable: {err}"
+    plan_from_config = getattr(importlib.import_module("lit_rlhf.plan"), "plan_from_config", None)
+    if plan_from_config is None:
+        out["plan"] = "unavailable: lit_rlhf.plan has no plan_from_config here"
         return out
     plan = plan_from_config(config, gpus=1)
     dataclass = dataclasses.is_dataclass(plan) and not isinstance(plan, type)

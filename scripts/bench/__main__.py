@@ -22,7 +22,6 @@ NAMES = {
     "overlap": "on-policy vs one-step-off training (max_staleness: 1)",
     "lora_memory": "peak memory of PPO updates, LoRA vs full fine-tuning",
     "precision": "the demo's wall time per precision, native and emulated no-bf16 CPU",
-    "gpu": "PPO step throughput and MFU on one GPU (random 0.5B-class Qwen2)",
 }
 
 
