@@ -17,6 +17,8 @@ from typing import Any
 import yaml
 
 from lit_rlhf.cli.app import LitRLHFCLI, cli_main
+from lit_rlhf.errors import config_refusal
+from lit_rlhf.plan.architectures import exported_models
 from lit_rlhf.plan.report import format_plan, parse_memory, plan_from_config, plan_json
 
 _DESCRIPTION = (
@@ -99,32 +101,23 @@ def plan_main(args: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         composed_config(argv)  # LightningCLI prints the help (with the plan's options), exits
     options, rest = plan_options(argv)
-    if options.gpus is not None and options.gpus < 1:
-        raise ValueError(f"--gpus {options.gpus}: at least 1. Fix: --gpus N with N >= 1.")
     config = composed_config(rest)
-    known = {**default_arch_map(rest), **arch_map(options.arch)}
-    plan = plan_from_config(config, gpus=options.gpus, gpu_memory=parse_memory(
-        options.gpu_memory), arch_map=known)  # fmt: skip
+    try:
+        if options.gpus is not None and options.gpus < 1:
+            raise ValueError(f"--gpus {options.gpus}: at least 1. Fix: --gpus N with N >= 1.")
+        known = {**default_arch_map(rest), **arch_map(options.arch)}
+        plan = plan_from_config(config, gpus=options.gpus, gpu_memory=parse_memory(
+            options.gpu_memory), arch_map=known)  # fmt: skip
+    except (ValueError, TypeError) as err:
+        refusal = config_refusal(err)  # "... Fix: ...": one line (lit-rlhf's entry point)
+        if refusal is None:
+            raise
+        raise refusal from err
     print(plan_json(plan) if options.json else format_plan(plan))
     return 0
 
 
 def default_arch_map(argv: list[str]) -> dict[str, str]:
-    """{export_dir: model} of the presets beside the given --config files: a folder that one
-    preset writes (``model.init_args.export_dir``) and another reads (the HH preset's reward
-    model) is planned as the model that preset trains."""
-    from pathlib import Path
-
-    configs = [Path(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--config"]
-    roots = {p.resolve().parent.parent for p in configs if p.resolve().parent.parent.name ==
-             "configs"}  # fmt: skip
-    found: dict[str, str] = {}
-    for root in roots:
-        for path in sorted(root.rglob("*.yaml")):
-            try:
-                args = (yaml.safe_load(path.read_text()) or {}).get("model", {}).get("init_args")
-            except (yaml.YAMLError, AttributeError):
-                continue
-            if isinstance(args, dict) and args.get("export_dir") and args.get("model"):
-                found[str(args["export_dir"])] = str(args["model"])
-    return found
+    """{folder: model} of the folders the presets beside the ``--config`` files export."""
+    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
+    return exported_models(configs)

@@ -12,7 +12,7 @@ is mapped with ``lit-rlhf plan --arch PATH=HUB_ID`` or by the preset that writes
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -143,3 +143,25 @@ def architecture(
         f"--arch {name}=HUB_ID naming a model of the same architecture (e.g. the model the run "
         "that writes that folder trains), or point the setting at a folder with a config.json."
     )
+
+
+def exported_models(config_files: Sequence[str | Path]) -> dict[str, str]:
+    """{``model.init_args.export_dir``: ``model.init_args.model``} of every preset in the
+    ``configs/`` folders that hold ``config_files``: a folder one preset writes and another
+    reads (the HH preset's reward model, ``runs/rm_ultrafeedback/hf``) is planned as the model
+    the writing preset trains."""
+    import yaml
+
+    roots = {Path(p).resolve().parent.parent for p in config_files}
+    found: dict[str, str] = {}
+    for root in sorted(r for r in roots if r.name == "configs"):
+        for path in sorted(root.rglob("*.yaml")):
+            try:
+                config = yaml.safe_load(path.read_text()) or {}
+            except yaml.YAMLError:
+                continue
+            model = config.get("model") if isinstance(config, dict) else None
+            args = model.get("init_args") if isinstance(model, dict) else None
+            if isinstance(args, dict) and args.get("export_dir") and args.get("model"):
+                found[str(args["export_dir"])] = str(args["model"])
+    return found

@@ -75,15 +75,10 @@ def add_trained(ctx: Context, role: str, name: str, *, head: Head = "causal_lm",
 
 
 def add_frozen(ctx: Context, role: str, name: str, dtype: str, *, head: Head = "causal_lm",
-               in_module: bool = True, note: str = "") -> Architecture | None:  # fmt: skip
+               in_module: bool = True, note: str = "") -> Architecture:  # fmt: skip
     """A frozen network; ``in_module``: built inside the LightningModule (ZeRO-3 partitions it,
     DeepSpeed's 16-bit engine casts it), else loaded beside it (a reward model, an embedder)."""
-    try:
-        arch = ctx.arch(name)
-    except ValueError as err:
-        ctx.notes.append(str(err))
-        ctx.add(Item(f"{role}: {name}", 0, "both", "frozen", "not estimated: unknown architecture"))
-        return None
+    arch = ctx.arch(name)
     size = weight_bytes(ctx, dtype) if in_module else DTYPE_BYTES[dtype]
     shard = ctx.world if in_module and ctx.strategy.stage == 3 else 1
     label = "16-bit" if in_module and size == 2 and dtype == "float32" else dtype

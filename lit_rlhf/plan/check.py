@@ -147,7 +147,11 @@ def check_memory(module: Any, device_bytes: int | None = None) -> Plan | None:
     device_bytes = device_bytes if device_bytes is not None else device_memory(module)
     if mode == "off" or device_bytes is None:
         return None
-    plan = plan_from_config(live_config(module), gpu_memory=device_bytes,
-                            tasks=training_tasks(module), allow_hub=True)  # fmt: skip
+    try:
+        plan = plan_from_config(live_config(module), gpu_memory=device_bytes,
+                                tasks=training_tasks(module), allow_hub=True)  # fmt: skip
+    except ValueError as err:  # an architecture neither known nor readable: no plan, no refusal
+        rank_zero_warn(f"memory plan skipped: {err}")
+        return None
     enforce(plan, mode)
     return plan

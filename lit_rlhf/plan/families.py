@@ -169,9 +169,8 @@ def compressor_plan(ctx: Context) -> Result:
     dec = cfg.Shapes(memory + continuation + context, continuation + context, micro, None, "")
     act = activation_item(ctx, "compressor", compressor, enc, logits=False)
     ctx.floor = floor_bytes(ctx, compressor, enc, logits=False)
-    if decoder is not None:
-        act += activation_item(ctx, "decoder", decoder, dec)
-        ctx.floor += floor_bytes(ctx, decoder, dec, logits=True)
+    act += activation_item(ctx, "decoder", decoder, dec)
+    ctx.floor += floor_bytes(ctx, decoder, dec, logits=True)
     ctx.add(Item("activations + logits, one micro-batch (compressor + decoder)", act, "update",
                  "activations", f"{micro} rows: {context} context + {memory} memory tokens, "
                  f"{continuation} continuation", transient=True))  # fmt: skip

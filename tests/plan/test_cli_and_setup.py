@@ -1,0 +1,98 @@
+"""``lit-rlhf plan`` as a user runs it (a subprocess from another folder; its options in
+process), and the plan at a module's setup, before any weights load."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lit_rlhf.plan.check as check
+from lit_rlhf.cli import cli_main
+from lit_rlhf.cli.dispatch import main
+
+REPO = Path(__file__).resolve().parents[2]
+LIT_RLHF = Path(sys.executable).parent / "lit-rlhf"
+pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+
+
+def test_plan_of_a_preset_from_another_folder(tmp_path: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    preset = REPO / "configs/ppo/countdown_tre.yaml"
+    done = subprocess.run([str(LIT_RLHF), "plan", "--config", str(preset)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "PPOModule on 1 GPU(s) (trainer.devices=1) of 80.0 GiB" in out
+    for row in ("policy: weights (float32)", "critic: Adam moments (float32)",
+                "vLLM: weights + KV cache", "weight-sync snapshot", "global batch: 512 prompts",
+                "sequences per rollout: 4,096", "optimizer steps per rollout: 8",
+                "total optimizer steps: 3,248", "update step FLOPs", "verdict: "):  # fmt: skip
+        assert row in out, row
+    assert not list(tmp_path.iterdir()), "plan wrote files"
+
+
+def test_options_json_gpus_memory_and_arch(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # the HH preset outside the repository's configs/: its reward model folder is unknown
+    hh = tmp_path / "hh.yaml"
+    shutil.copy(REPO / "configs/ppo/hh_tre_ultrafeedback.yaml", hh)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--config", str(hh)])
+    assert exit_info.value.code == 1
+    assert "--arch runs/rm_ultrafeedback/hf=HUB_ID" in capsys.readouterr().err
+    main(["plan", "--config", str(hh), "--arch", "runs/rm_ultrafeedback/hf=Qwen/Qwen2.5-1.5B",
+          "--gpus", "2", "--gpu-memory", "141GB", "--json",
+          "--model.init_args.engine.init_args.snapshot_device", "cpu"])  # fmt: skip
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["world"] == 2 and plan["gpu_memory"] == 141 * 10**9
+    names = [item["name"] for item in plan["items"]]
+    assert "reward model: runs/rm_ultrafeedback/hf (bfloat16)" in names
+    batch = plan["batch"]  # the preset's 512 prompts per rollout, across the 2 processes
+    assert batch["global_batch"] == 512 and plan["global_sequences"] == 4096
+    assert batch["per_rank"] == 512 // 2 and batch["mini_batch_per_rank"] == 512 // 2
+    snapshot = next(i for i in plan["items"] if i["kind"] == "snapshot")
+    assert snapshot["bytes"] == 0  # the --model.* override reached the plan
+    # inside the repository the preset that writes the folder names its model
+    main(["plan", "--config", str(REPO / "configs/ppo/hh_tre_ultrafeedback.yaml"), "--json"])
+    assert "reward model: runs/rm_ultrafeedback/hf" in capsys.readouterr().out
+
+
+def test_help_lists_the_plan_options(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--gpus", "--gpu-memory", "--arch", "--json", "--config"):
+        assert option in out
+
+
+def test_the_setup_check_refuses_before_any_weights_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the plan runs in setup (here the GPU's memory is injected: 1 MiB)."""
+    monkeypatch.setattr(check, "device_memory", lambda module: 2**20)
+    cli = cli_main(["--config", str(REPO / "configs/ppo/countdown_tiny.yaml"),
+                    "--trainer.logger=false", "--trainer.enable_checkpointing=false"],
+                   run=False)  # fmt: skip
+    with pytest.raises(ValueError, match=r"memory plan \(PPOModule, 1 GPU\(s\), single\).*Fix:"):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.model.policy is None  # refused in setup, before configure_model
+
+
+def test_the_setup_plan_reads_the_live_run_as_the_config_does() -> None:
+    cli = cli_main(["--config", str(REPO / "configs/ppo/countdown_tiny.yaml"),
+                    "--trainer.logger=false"], run=False)  # fmt: skip
+    module, trainer = cli.model, cli.trainer
+    trainer.strategy.connect(module)
+    trainer.datamodule = cli.datamodule  # as fit attaches them before setup
+    module.trainer = trainer
+    cli.datamodule.trainer = trainer
+    cli.datamodule.setup("fit")
+    plan = check.check_memory(module, device_bytes=80 * 2**30)
+    assert plan is not None and plan.fits and plan.world == 1
+    assert plan.batch.per_rank == cli.datamodule.batch_size
+    assert plan.seq_len <= cli.datamodule.max_prompt_length + module.engine.max_new_tokens
+    assert any(i.name.startswith("policy: weights") for i in plan.items)

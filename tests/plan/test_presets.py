@@ -1,0 +1,154 @@
+"""The memory plan of every GPU preset, composed as ``lit-rlhf fit`` composes it (with its
+header's trainer fragment), on 80 GiB GPUs: the table and the verdict are printed (``pytest
+-s``) and asserted; the single-GPU TRE presets fit one GPU once the weight-sync snapshot lives
+on the CPU and vLLM sleeps in the update; ConsistRM / RFT (Qwen3-8B) and MGS (Qwen2.5-7B) are
+refused by the setup check with the plan's numbers, MGS on 141 GB H200s too."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lit_rlhf.plan.architectures import exported_models
+from lit_rlhf.plan.check import enforce
+from lit_rlhf.plan.memory import GiB
+from lit_rlhf.plan.report import Plan, format_plan, parse_memory, plan_from_config
+from tests.dry_run import compose
+from tests.test_preset_dry_run import PRESETS, _header_fragment
+
+GPU = 80 * GiB
+pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+_COMPOSED: dict[str, dict[str, Any]] = {}
+
+
+def preset_path(name: str) -> Path:
+    return next(p for p in PRESETS if p.stem == name)
+
+
+def composed(name: str) -> dict[str, Any]:
+    """The preset ``name`` (a file stem) composed with its header's fragment (cached)."""
+    if name not in _COMPOSED:
+        path = preset_path(name)
+        _COMPOSED[name] = compose(path, _header_fragment(path))
+    return copy.deepcopy(_COMPOSED[name])
+
+
+def preset_plan(config: dict[str, Any], memory: int = GPU) -> Plan:
+    devices = config["trainer"].get("devices")
+    gpus = None if isinstance(devices, int) and devices > 0 else 8  # a fragment's devices: auto
+    # a folder another preset exports (the HH reward model) is that preset's model
+    exports = exported_models([PRESETS[0]])
+    return plan_from_config(config, gpus=gpus, gpu_memory=memory, arch_map=exports)
+
+
+def engine_args(config: dict[str, Any]) -> dict[str, Any]:
+    return config["model"]["init_args"]["engine"]["init_args"]
+
+
+@pytest.mark.parametrize("preset", [p.stem for p in PRESETS])
+def test_every_gpu_preset_has_a_plan(preset: str) -> None:
+    config = composed(preset)
+    plan = preset_plan(config)
+    text = format_plan(plan)
+    print(f"\n{preset}\n{text}")
+    assert plan.world == (config["trainer"]["devices"] if plan.world_source.startswith(
+        "trainer") else 8)  # fmt: skip
+    states = [i for i in plan.items if i.kind == "state"]
+    assert states and all(i.bytes > 0 for i in states), "no trained network in the plan"
+    assert all(i.bytes >= 0 for i in plan.items)
+    for phase in ("rollout", "update"):
+        assert plan.lower_bounds[phase] <= plan.peaks[phase] + plan.floor
+    assert plan.lower_bound <= plan.peak, "the lower bound above the estimate"
+    assert f"verdict: {plan.verdict}" in text and "global batch:" in text
+    assert plan.batch.global_batch == plan.batch.per_rank * plan.world
+    assert plan.batch.steps_per_batch >= 1
+    engine = (config["model"]["init_args"].get("engine") or {}).get("class_path", "")
+    if engine.endswith("VLLMGenerationEngine"):
+        assert any(i.kind == "engine" for i in plan.items) and "vLLM" in text
+        assert any(i.kind == "snapshot" for i in plan.items)
+
+
+def n2_fixed(preset: str) -> dict[str, Any]:
+    """The preset with the N2 fix set explicitly: the snapshot on the CPU, vLLM asleep in the
+    update (level 1)."""
+    config = composed(preset)
+    assert config["trainer"]["devices"] == 1
+    engine_args(config).update(snapshot_device="cpu", enable_sleep_mode=True)
+    return config
+
+
+def test_countdown_tre_fits_one_gpu_with_the_snapshot_on_cpu_and_vllm_asleep() -> None:
+    plan = preset_plan(n2_fixed("countdown_tre"))
+    print(f"\ncountdown_tre (snapshot_device: cpu, enable_sleep_mode: true)\n{format_plan(plan)}")
+    assert plan.fits and not plan.refused, format_plan(plan)
+    vllm = next(i for i in plan.items if i.kind == "engine")
+    assert vllm.phase == "rollout" and vllm.bytes == int(0.3 * GPU)
+    assert next(i for i in plan.items if i.kind == "snapshot").bytes == 0
+    # two float32 networks of 1,543,714,304 (policy) and 1,543,715,841 (critic) parameters:
+    # weights, gradients and Adam moments, 16 bytes each
+    states = sum(i.bytes for i in plan.items if i.kind == "state")
+    assert states == 16 * (1_543_714_304 + 1_543_715_841)
+    assert plan.peaks["rollout"] == states + int(0.3 * GPU)
+
+
+def test_math_tre_fits_one_gpu_with_the_fix_and_two_sequences_per_micro_batch() -> None:
+    plan = preset_plan(n2_fixed("math_tre"))
+    # 4 sequences of 1,024 + 8,192 tokens per micro-batch: the lower bound fits (the setup
+    # check warns, does not refuse), the estimate of the update does not
+    assert not plan.refused and not plan.fits
+    assert plan.peaks["update"] > GPU > plan.peaks["rollout"]
+    config = n2_fixed("math_tre")
+    config["model"]["init_args"]["optim"]["micro_batch_size"] = 2  # memory only
+    halved = preset_plan(config)
+    print(f"\nmath_tre (the N2 fix, optim.micro_batch_size: 2)\n{format_plan(halved)}")
+    assert halved.fits, format_plan(halved)
+
+
+def test_countdown_tre_without_the_fix_holds_a_float32_snapshot_and_vllm_in_the_update() -> None:
+    config = composed("countdown_tre")
+    args = engine_args(config)
+    args.update(snapshot_device=None, enable_sleep_mode=False)  # as the issue found it (N2)
+    plan = preset_plan(config)
+    snapshot = next(i for i in plan.items if i.kind == "snapshot")
+    assert snapshot.bytes == 4 * 1_543_714_304 and snapshot.phase == "both"
+    assert next(i for i in plan.items if i.kind == "engine").phase == "both"
+    assert plan.lower_bounds["update"] > plan.lower_bounds["rollout"]
+    assert not plan.fits
+
+
+@pytest.mark.parametrize("preset", ["consistrm_qwen3-8b", "rft_qwen3-8b"])
+def test_qwen3_8b_judges_are_refused_on_8_x_80_gb(preset: str) -> None:
+    plan = preset_plan(composed(preset))
+    assert plan.world == 8 and plan.strategy == "DeepSpeed ZeRO-3"
+    assert plan.refused, format_plan(plan)
+    names = " ".join(i.name for i in plan.items)
+    assert "vLLM" in names and "weight-sync snapshot (16-bit)" in names
+    snapshot = next(i for i in plan.items if i.kind == "snapshot")
+    assert snapshot.bytes == 2 * 8_190_735_360  # a full bf16 copy on every GPU
+    if preset.startswith("consistrm"):
+        assert "embedder: Qwen/Qwen3-Embedding-4B (float16)" in names
+    with pytest.raises(ValueError, match=r"lower bound .* of the GPU's 80\.0 GiB.*Fix:") as err:
+        enforce(plan, "refuse")
+    assert "vLLM: weights + KV cache 32.0 GiB" in str(err.value)
+    enforce(plan, "off")
+    with pytest.warns(UserWarning, match="It may not fit"):
+        enforce(plan, "warn")
+
+
+@pytest.mark.parametrize("memory", ["80GiB", "141GB", "140GiB"])
+def test_mgs_7b_is_refused_on_80_and_141_gb_gpus(memory: str) -> None:
+    plan = preset_plan(composed("multidomain_mgs_qwen2.5-7b"), parse_memory(memory))
+    assert plan.strategy == "DeepSpeed ZeRO-2" and plan.world == 8
+    surgery = next(i for i in plan.items if i.kind == "buffer")
+    assert surgery.bytes == (3 + 1) * 4 * 7_615_616_512  # 121.8 GB, as the old guard counted
+    names = " ".join(i.name for i in plan.items)
+    for part in ("reference: Qwen/Qwen2.5-7B", "reward model: Skywork/Skywork-Reward-V2-Llama",
+                 "weight-sync snapshot", "gradients, float32 masters, Adam"):  # fmt: skip
+        assert part in names
+    # the old guard's sum (buffers + bf16 weights) stays under an H200; the plan's does not
+    assert surgery.bytes + 2 * 7_615_616_512 < parse_memory("140GiB") < plan.lower_bound
+    with pytest.raises(ValueError, match="Even the lower bound does not fit"):
+        enforce(plan, "refuse")
