@@ -217,6 +217,8 @@ VLLM_ROWS = {
     "tensor parallel size": ("tensor_parallel_size", "tensor_model_parallel_size"),
     "devices per node": ("trainer.devices",),
     "nodes": ("trainer.num_nodes",),
+    "sleep mode": ("model.init_args.engine.init_args.enable_sleep_mode",),
+    "weight-sync snapshot": ("model.init_args.engine.init_args.snapshot_device",),
 }
 
 

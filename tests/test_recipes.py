@@ -199,7 +199,8 @@ def test_every_shipped_row_cites_its_source():
 
 
 def test_every_vllm_preset_tables_the_settings_a_cpu_dry_run_cannot_exercise():
-    """Rollout dtype, tensor parallel size, engine and world size (devices per node, nodes)."""
+    """Rollout dtype, tensor parallel size, engine, world size (devices per node, nodes), sleep
+    mode and where the weight sync's snapshot lives."""
     checked = []
     for name, table in load_recipes().items():
         if uses_vllm(yaml.safe_load((REPO / name).read_text())):
@@ -212,4 +213,6 @@ def test_every_vllm_preset_tables_the_settings_a_cpu_dry_run_cannot_exercise():
         "rollout dtype",
         "tensor parallel size",
         "nodes",
+        "sleep mode",
+        "weight-sync snapshot",
     ]
