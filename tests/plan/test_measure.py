@@ -68,3 +68,24 @@ def test_a_gpu_preset_is_measured_at_its_own_shapes() -> None:
     assert config["trainer"]["devices"] == 1
     update = config["model"]["init_args"]["update"]
     assert update["mini_batch_size"] == 32  # one optimizer step per rollout
+
+
+def test_random_weights_build_a_hub_architecture_without_a_download() -> None:
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    from lit_rlhf.plan.synthetic import random_weights
+
+    saved = AutoModelForCausalLM.from_pretrained
+    with random_weights(torch.device("meta"), 2):  # meta: shapes only, nothing allocated
+        policy = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-1.5B-Instruct",
+                                                      dtype=torch.bfloat16)  # fmt: skip
+        trunk = AutoModel.from_pretrained("Qwen/Qwen2.5-1.5B-Instruct", dtype=torch.float32)
+        config = AutoConfig.from_pretrained("Qwen/Qwen2.5-1.5B-Instruct")
+    assert type(policy).__name__ == "Qwen2ForCausalLM" and type(trunk).__name__ == "Qwen2Model"
+    assert policy.config.num_hidden_layers == 2 and policy.config.hidden_size == 1536
+    assert policy.lm_head.weight.shape == (151936, 1536)
+    assert policy.lm_head.weight.dtype == torch.bfloat16 and policy.lm_head.weight.is_meta
+    assert next(trunk.parameters()).dtype == torch.float32
+    assert config.num_hidden_layers == 2
+    assert AutoModelForCausalLM.from_pretrained == saved  # restored on exit
