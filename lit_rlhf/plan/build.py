@@ -137,12 +137,14 @@ def add_reward_models(ctx: Context) -> None:
     """Scalar reward models, judges and embedders, each loaded whole on every GPU."""
     args = cfg.module_args(ctx.config)
     tree = [args.get("reward"), args.get("reward_fn"), args.get("rewards")]
-    for rm in cfg.find_classes(tree, "ScalarRMReward"):
-        add_frozen(ctx, "reward model", str(rm["model"]), str(rm.get("dtype") or "float32"),
-                   head="sequence_classification", in_module=False)  # fmt: skip
-    for judge in cfg.find_classes(tree, "JudgeReward"):
-        add_frozen(ctx, "judge", str(judge["model"]), str(judge.get("dtype") or "float32"),
-                   in_module=False)  # fmt: skip
+    for kind, role, head in (("ScalarRMReward", "reward model", "sequence_classification"),
+                             ("JudgeReward", "judge", "causal_lm")):  # fmt: skip
+        for rm in cfg.find_classes(tree, kind):
+            if str(rm.get("device") or "").startswith("cpu"):
+                ctx.add(Item(f"{role}: {rm['model']}", 0, "both", "frozen", "device: cpu"))
+                continue
+            add_frozen(ctx, role, str(rm["model"]), str(rm.get("dtype") or "float32"),
+                       head=head, in_module=False)  # type: ignore[arg-type]  # fmt: skip
     callbacks = cfg.section(ctx.config, "trainer").get("callbacks") or []
     for cb in cfg.find_classes(callbacks, "CritiqueConsistencyReward"):
         name = str(cb.get("embedder") or "builtin:all-minilm-l6-v2")

@@ -58,7 +58,8 @@ def describe(obj: Any, fields: Mapping[str, str]) -> dict[str, Any]:
         value: Any = obj
         for part in attribute.split("."):
             value = getattr(value, part, None)
-        args[arg] = None if value is None else str(value) if arg == "snapshot_device" else value
+        as_text = arg in ("snapshot_device", "device")  # torch.device -> "cuda:0"
+        args[arg] = None if value is None else str(value) if as_text else value
     return {"class_path": f"{type(obj).__module__}.{type(obj).__name__}", "init_args": args}
 
 
@@ -68,8 +69,8 @@ _FIELDS = {
         "kv_cache_memory_bytes": "kv_cache_memory_bytes", "dtype": "dtype",
         "enable_sleep_mode": "enable_sleep_mode", "snapshot_device": "snapshot.device",
     },
-    "ScalarRMReward": {"model": "name", "dtype": "dtype"},
-    "JudgeReward": {"model": "name", "dtype": "dtype"},
+    "ScalarRMReward": {"model": "name", "dtype": "dtype", "device": "device"},
+    "JudgeReward": {"model": "name", "dtype": "dtype", "device": "device"},
     "CritiqueConsistencyReward": {"embedder": "embedder.model_name", "dtype": "embedder.dtype"},
 }  # fmt: skip
 
@@ -87,7 +88,7 @@ def live_node(obj: Any, depth: int = 0) -> Any:
         return {k: live_node(v, depth + 1) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [live_node(v, depth + 1) for v in obj]
-    nested = [getattr(obj, a, None) for a in ("rewards", "reward", "_reward", "inner")]
+    nested = [getattr(obj, a, None) for a in ("rewards", "reward", "fn")]
     return [live_node(v, depth + 1) for v in nested if v is not None and v is not obj]
 
 

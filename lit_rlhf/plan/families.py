@@ -46,11 +46,9 @@ def rl_shapes(ctx: Context, mini: int) -> cfg.Shapes:
 
 
 def step_flops(arch: Any, tokens: int, seq_len: int, logit_tokens: int, *, lm_head: bool = True,
-               trainable: bool = True) -> float | None:  # fmt: skip
-    try:
-        from lit_rlhf.plan.flops import step_flops as flops
-    except ImportError:
-        return None
+               trainable: bool = True) -> float:  # fmt: skip
+    from lit_rlhf.plan.flops import step_flops as flops
+
     return flops(arch, tokens=tokens, seq_len=seq_len, trainable=trainable,
                  logit_tokens=logit_tokens, lm_head=lm_head)  # fmt: skip
 
@@ -87,8 +85,8 @@ def rl_plan(ctx: Context) -> Result:
     tokens = batch.mini_batch_per_rank * shapes.seq_len
     logit_tokens = batch.mini_batch_per_rank * shapes.response_len
     flops = step_flops(policy, tokens, shapes.seq_len, logit_tokens)
-    if flops is not None and critic_arch is not None:
-        flops += step_flops(critic_arch, tokens, shapes.seq_len, 0, lm_head=False) or 0.0
+    if critic_arch is not None:
+        flops += step_flops(critic_arch, tokens, shapes.seq_len, 0, lm_head=False)
     return batch, shapes, flops
 
 

@@ -108,10 +108,17 @@ def deepspeed_strategy(args: Mapping[str, Any], name: str, half: bool) -> Strate
     for part in name.split("_"):  # Lightning's registered names: deepspeed_stage_3_offload
         if part.isdigit():
             stage = int(part)
-    offload_opt = bool(args.get("offload_optimizer") or zero.get("offload_optimizer")
+    offload_opt = bool(args.get("offload_optimizer") or offloads(zero.get("offload_optimizer"))
                        or "offload" in name)  # fmt: skip
-    offload_params = bool(args.get("offload_parameters") or zero.get("offload_param"))
+    offload_params = bool(args.get("offload_parameters") or offloads(zero.get("offload_param")))
     return Strategy("deepspeed", stage, offload_opt, offload_params, half)
+
+
+def offloads(section: Any) -> bool:
+    """A DeepSpeed ``offload_optimizer`` / ``offload_param`` section that moves to a device."""
+    if isinstance(section, Mapping):
+        return str(section.get("device", "none")).lower() not in ("none", "")
+    return bool(section)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ import pytest
 import lit_rlhf.plan.check as check
 from lit_rlhf.cli import cli_main
 from lit_rlhf.cli.dispatch import main
+from lit_rlhf.cli.plan import composed_config
+from lit_rlhf.plan.report import plan_from_config
 
 REPO = Path(__file__).resolve().parents[2]
 LIT_RLHF = Path(sys.executable).parent / "lit-rlhf"
@@ -83,16 +85,27 @@ def test_the_setup_check_refuses_before_any_weights_load(monkeypatch: pytest.Mon
 
 
 def test_the_setup_plan_reads_the_live_run_as_the_config_does() -> None:
-    cli = cli_main(["--config", str(REPO / "configs/ppo/countdown_tiny.yaml"),
-                    "--trainer.logger=false"], run=False)  # fmt: skip
-    module, trainer = cli.model, cli.trainer
+    """Multi-domain PPO with gradient surgery and a scalar reward model by task: the plan built
+    from the live module, trainer and data equals the one built from the config."""
+    preset = REPO / "configs/ppo/multidomain_tiny.yaml"
+    cli = cli_main(["--config", str(preset), "--trainer.logger=false"], run=False)
+    module, trainer, data = cli.model, cli.trainer, cli.datamodule
     trainer.strategy.connect(module)
-    trainer.datamodule = cli.datamodule  # as fit attaches them before setup
-    module.trainer = trainer
-    cli.datamodule.trainer = trainer
-    cli.datamodule.setup("fit")
+    module.trainer, trainer.datamodule, data.trainer = trainer, data, trainer  # as fit does
+    data.setup("fit")
     plan = check.check_memory(module, device_bytes=80 * 2**30)
     assert plan is not None and plan.fits and plan.world == 1
-    assert plan.batch.per_rank == cli.datamodule.batch_size
-    assert plan.seq_len <= cli.datamodule.max_prompt_length + module.engine.max_new_tokens
-    assert any(i.name.startswith("policy: weights") for i in plan.items)
+    tasks = len(set(data.train_data["task"]))
+    surgery = next(i for i in plan.items if i.kind == "buffer")
+    trainable = sum(p.numel() for p in module.policy.parameters()) if module.policy else None
+    assert surgery.name.startswith(f"gradient surgery: {tasks} domain")
+    from_config = plan_from_config(
+        composed_config(["--config", str(preset)]), gpu_memory=80 * 2**30
+    )
+    assert [i.name for i in plan.items] == [i.name for i in from_config.items]
+    assert [i.bytes for i in plan.items if i.kind != "activations"] == [
+        i.bytes for i in from_config.items if i.kind != "activations"
+    ]
+    assert plan.batch.per_rank == data.batch_size == from_config.batch.per_rank
+    assert plan.seq_len <= from_config.seq_len  # the live plan reads the longest prompt kept
+    assert trainable is None  # nothing was loaded: the plan reads no weights
