@@ -68,7 +68,9 @@ from lit_rlhf.training.precision import resolve_precision
 _EVALUATE = ("validate", "test", "predict")
 _EXPORT_EPILOG = (
     "lit-rlhf export --config RUN.yaml --ckpt_path CKPT --out DIR: a trained module's network "
-    "as a transformers folder (lit-rlhf export --help)."
+    "as a transformers folder (lit-rlhf export --help). lit-rlhf plan --config RUN.yaml: what "
+    "each GPU of the run will hold, the batch figures and a verdict, before anything loads "
+    "(lit-rlhf plan --help)."
 )
 
 
