@@ -97,7 +97,7 @@ class LoggedMetrics(L.Callback):
 
 
 def _timing(key: str) -> bool:
-    return key.startswith("time/") or key == "rollout/overlap"
+    return key.startswith(("time/", "perf/")) or key == "rollout/overlap"
 
 
 class LengthReward:
