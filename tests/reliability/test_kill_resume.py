@@ -151,8 +151,10 @@ def step_metrics(root: Path, version: str) -> dict[int, dict[str, float]]:
 
 def same(key: str, a: float, b: float) -> bool:
     """Equal (NaN equals NaN: a domain absent from a step); wall-clock timings (``*_seconds``,
-    e.g. ``CritiqueConsistencyReward/embed_seconds``) are not training state and may differ."""
-    return a == b or (math.isnan(a) and math.isnan(b)) or key.endswith("_seconds")
+    e.g. ``CritiqueConsistencyReward/embed_seconds``, and the update's ``perf/`` rates) are not
+    training state and may differ."""
+    timing = key.endswith("_seconds") or key.startswith("perf/")
+    return a == b or (math.isnan(a) and math.isnan(b)) or timing
 
 
 def kill_after_first_checkpoint(context: Any, argv: list[str], ckpt: Path, log: Path) -> None:
