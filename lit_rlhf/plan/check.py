@@ -44,6 +44,9 @@ def enforce(plan: Plan, mode: str) -> None:
     )
     if plan.refused and mode == "refuse":
         raise ValueError(f"{head}. Even the lower bound does not fit. {_FIX}")
+    if plan.refused:  # precision.memory_check: warn
+        rank_zero_warn(f"{head}. Even the lower bound does not fit (memory_check: warn). {_FIX}")
+        return
     if not plan.fits:
         rank_zero_warn(f"{head}. It may not fit. {_FIX}")
         return
@@ -108,8 +111,11 @@ def live_config(module: Any) -> dict[str, Any]:
     dm = getattr(trainer, "datamodule", None)
     longest = int(getattr(dm, "longest_prompt", 0) or 0)
     cap = getattr(dm, "max_prompt_length", None)
-    data = {"batch_size": getattr(dm, "batch_size", None),
-            "max_prompt_length": min(longest, cap or longest) if longest else cap}  # fmt: skip
+    data = {
+        "batch_size": getattr(dm, "batch_size", None),
+        "max_length": getattr(dm, "max_length", None),  # SFTDataModule
+        "max_prompt_length": min(longest, cap or longest) if longest else cap,
+    }
     return {
         "trainer": {
             "devices": trainer.world_size, "num_nodes": 1, "strategy": strategy_node,

@@ -124,7 +124,9 @@ def supervised_plan(ctx: Context) -> Result:
     model = str(args.get("model") or "builtin:tiny-llama")
     head = "sequence_classification" if name == "RewardModelModule" else "causal_lm"
     arch, _ = add_trained(ctx, "model", model, head=head)  # type: ignore[arg-type]
-    seq = int(args.get("max_length") or cfg.data_args(ctx.config).get("max_prompt_length") or 1024)
+    data = cfg.data_args(ctx.config)  # SFTDataModule: max_length; pairs: the module's
+    seq = int(args.get("max_length") or data.get("max_length") or data.get("max_prompt_length")
+              or 1024)  # fmt: skip
     micro = int(cfg.group(ctx.config, "optim").get("micro_batch_size") or batch.per_rank)
     rows = min(micro, batch.per_rank) * (2 if pairs else 1)
     scored = 0 if head != "causal_lm" else seq

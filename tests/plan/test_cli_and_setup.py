@@ -73,15 +73,39 @@ def test_help_lists_the_plan_options(capsys: pytest.CaptureFixture) -> None:
         assert option in out
 
 
-def test_the_setup_check_refuses_before_any_weights_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU the plan runs in setup (here the GPU's memory is injected: 1 MiB)."""
+@pytest.mark.parametrize(
+    "config",
+    ["ppo/countdown_tiny", "grm/rft_tiny", "sft/tiny", "rm/bt_tiny", "dpo/tiny",
+     "compressor/tiny"],
+)  # fmt: skip
+def test_the_setup_check_refuses_before_any_weights_load(
+    config: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU each module runs the plan in setup (here the GPU's memory is injected: 1 MiB,
+    less than the tiny networks' lower bound)."""
     monkeypatch.setattr(check, "device_memory", lambda module: 2**20)
-    cli = cli_main(["--config", str(REPO / "configs/ppo/countdown_tiny.yaml"),
-                    "--trainer.logger=false", "--trainer.enable_checkpointing=false"],
-                   run=False)  # fmt: skip
-    with pytest.raises(ValueError, match=r"memory plan \(PPOModule, 1 GPU\(s\), single\).*Fix:"):
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    assert cli.model.policy is None  # refused in setup, before configure_model
+    cli = cli_main(["--config", str(REPO / f"configs/{config}.yaml"), "--trainer.logger=false",
+                    "--trainer.enable_checkpointing=false"], run=False)  # fmt: skip
+    module = cli.model
+    with pytest.raises(ValueError, match=rf"memory plan \({type(module).__name__}, 1 GPU.*Fix:"):
+        cli.trainer.fit(module, datamodule=cli.datamodule)
+    built = [n for n in ("policy", "model", "compressor") if getattr(module, n, None) is not None]
+    assert not built, f"{built} loaded before the refusal"
+
+
+def test_memory_check_warn_and_off_let_the_run_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(check, "device_memory", lambda module: 2**20)
+    for mode, warns in (("warn", True), ("off", False)):
+        cli = cli_main(["--config", str(REPO / "configs/sft/tiny.yaml"),
+                        f"--model.init_args.precision.memory_check={mode}",
+                        "--trainer.logger=false"], run=False)  # fmt: skip
+        cli.trainer.strategy.connect(cli.model)
+        cli.model.trainer = cli.trainer
+        if warns:
+            with pytest.warns(UserWarning, match="lower bound does not fit .memory_check: warn"):
+                assert check.check_memory(cli.model) is not None
+        else:
+            assert check.check_memory(cli.model) is None
 
 
 def test_the_setup_plan_reads_the_live_run_as_the_config_does() -> None:

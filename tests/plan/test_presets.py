@@ -103,6 +103,8 @@ def test_math_tre_fits_one_gpu_with_the_fix_and_two_sequences_per_micro_batch() 
     # check warns, does not refuse), the estimate of the update does not
     assert not plan.refused and not plan.fits
     assert plan.peaks["update"] > GPU > plan.peaks["rollout"]
+    with pytest.warns(UserWarning, match="It may not fit"):
+        enforce(plan, "refuse")  # a warning, not a refusal
     config = n2_fixed("math_tre")
     config["model"]["init_args"]["optim"]["micro_batch_size"] = 2  # memory only
     halved = preset_plan(config)
@@ -143,7 +145,7 @@ def test_qwen3_8b_judges_are_refused_on_8_x_80_gb_with_the_snapshot_and_vllm_res
         enforce(plan, "refuse")
     assert "vLLM: weights + KV cache 32.0 GiB (both)" in str(err.value)
     enforce(plan, "off")
-    with pytest.warns(UserWarning, match="It may not fit"):
+    with pytest.warns(UserWarning, match="Even the lower bound does not fit"):
         enforce(plan, "warn")
 
 
