@@ -47,8 +47,13 @@ def _hub(model_id: str, note: str = "") -> str:
 
 
 def _qwen25(name: str, h: int, layers: int, heads: int, kv: int, inter: int, vocab: int,
-            tie: bool) -> Architecture:  # fmt: skip
-    return Architecture(name, "qwen2", h, layers, heads, kv, inter, vocab, tie, None, _hub(name))
+            tie: bool, checked: str) -> Architecture:  # fmt: skip
+    source = _hub(name, f"numbers checked against {checked}")
+    return Architecture(name, "qwen2", h, layers, heads, kv, inter, vocab, tie, None, source)
+
+
+def _copy(repo: str) -> str:
+    return f"a copy of it, https://huggingface.co/{repo}/blob/main/config.json"
 
 
 _QWEN3_4B: dict[str, Any] = dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32,
@@ -57,19 +62,31 @@ _QWEN3_4B: dict[str, Any] = dict(hidden_size=2560, num_hidden_layers=36, num_att
 TABLE: dict[str, Architecture] = {
     a.name: a
     for a in (
-        _qwen25("Qwen/Qwen2.5-0.5B", 896, 24, 14, 2, 4864, 151936, True),
-        _qwen25("Qwen/Qwen2.5-0.5B-Instruct", 896, 24, 14, 2, 4864, 151936, True),
-        _qwen25("Qwen/Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 151936, True),
-        _qwen25("Qwen/Qwen2.5-1.5B-Instruct", 1536, 28, 12, 2, 8960, 151936, True),
-        _qwen25("Qwen/Qwen2.5-7B", 3584, 28, 28, 4, 18944, 152064, False),
-        _qwen25("Qwen/Qwen2.5-7B-Instruct", 3584, 28, 28, 4, 18944, 152064, False),
+        _qwen25("Qwen/Qwen2.5-0.5B", 896, 24, 14, 2, 4864, 151936, True,
+                _copy("osllmai-community/Qwen2.5-0.5B")),
+        _qwen25("Qwen/Qwen2.5-0.5B-Instruct", 896, 24, 14, 2, 4864, 151936, True,
+                _copy("unsloth/Qwen2.5-0.5B-Instruct")),
+        _qwen25("Qwen/Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 151936, True,
+                "the Instruct model's (unconfirmed for the base model itself; Qwen2.5's base "
+                "and Instruct models share their architecture)"),
+        _qwen25("Qwen/Qwen2.5-1.5B-Instruct", 1536, 28, 12, 2, 8960, 151936, True,
+                _copy("onnx-community/Qwen2.5-1.5B-Instruct") + "; the model card's 1.54B"),
+        _qwen25("Qwen/Qwen2.5-7B", 3584, 28, 28, 4, 18944, 152064, False,
+                "the Instruct model's copy (unconfirmed for the base model itself; the model "
+                "card's 7.61B parameters match)"),
+        _qwen25("Qwen/Qwen2.5-7B-Instruct", 3584, 28, 28, 4, 18944, 152064, False,
+                _copy("osllmai-community/Qwen2.5-7B-Instruct")),
         Architecture(
             "Qwen/Qwen3-8B", "qwen3", 4096, 36, 32, 8, 12288, 151936, False, 128,
-            _hub("Qwen/Qwen3-8B"),
+            _hub("Qwen/Qwen3-8B", "numbers checked against a commit copying it, https://"
+                 "huggingface.co/thejaminator/qwen-hook-layer-9/commit/478fb720"),
         ),
         Architecture(
             name="Qwen/Qwen3-4B", model_type="qwen3", vocab_size=151936,
-            tie_word_embeddings=True, source=_hub("Qwen/Qwen3-4B"), **_QWEN3_4B,
+            tie_word_embeddings=True, **_QWEN3_4B,
+            source=_hub("Qwen/Qwen3-4B", "numbers checked against a fine-tune's copy, "
+                        "https://huggingface.co/MultiRL/qwen3_4b_instruct_sft/blob/main/"
+                        "config.json"),
         ),
         Architecture(
             name="Qwen/Qwen3-Embedding-4B", model_type="qwen3", vocab_size=151665,
