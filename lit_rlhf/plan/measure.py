@@ -18,7 +18,9 @@ per rollout; the first rollout allocates the optimizer's states and is not timed
 
 Not measured (stated in the JSON): the rollout phase (vLLM's weights, KV cache and sampling
 dtype, the HF engine's generation), the reward models' forwards, and anything that needs more
-than one process (ZeRO sharding over several GPUs: one GPU holds the unsharded states).
+than one process (ZeRO sharding over several GPUs: one GPU holds the unsharded states). The
+prediction is the plan of the measured config on this device (the cut network with
+``--layers``), its update phase without vLLM, reward models and embedders.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, cast
 
@@ -252,37 +255,32 @@ def summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def predicted(config: dict[str, Any], layers: int | None) -> dict[str, Any]:
-    """The plan's figures for the measured config on one GPU (``plan_from_config``), and the
-    peak activations and logits of one micro-batch (:mod:`lit_rlhf.plan.activations`)."""
-    out: dict[str, Any] = {}
-    try:
-        from lit_rlhf.plan.activations import micro_batch_peak_bytes
-        from lit_rlhf.plan.architectures import architecture
+    """The plan of the measured config on this one device (``plan_from_config``; with
+    ``layers``, of the cut network, through a folder holding its config.json), and its update
+    phase without what the measurement does not build (vLLM, reward models, embedders)."""
+    from lit_rlhf.plan.architectures import architecture
+    from lit_rlhf.plan.memory import phase_bytes
+    from lit_rlhf.plan.params import hf_config
+    from lit_rlhf.plan.report import plan_from_config
 
-        s = shapes(config, layers)
-        arch = architecture(str(s["model"]))
-        if layers is not None:
-            arch = dataclasses.replace(arch, num_hidden_layers=min(layers, arch.num_hidden_layers))
-        bf16 = "bf16" in str(s["trainer_precision"]) or s["dtype"] != "float32"
-        out["micro_batch"] = micro_batch_peak_bytes(
-            arch, sequences=int(s["micro_batch_size"] or 1),
-            seq_len=int(s["prompt_len"]) + int(s["response_len"]),
-            response_len=int(s["response_len"]), compute_dtype_bytes=2 if bf16 else 4,
-            gradient_checkpointing=bool(s["gradient_checkpointing"]),
-        )  # fmt: skip
-    except (ImportError, TypeError, ValueError) as err:
-        out["micro_batch"] = f"unavailable: {err}"
+    plan_config = copy.deepcopy(config)
     if layers is not None:
-        out["plan"] = "not comparable: --layers cuts the network the plan sizes whole"
-        return out
-    plan_from_config = getattr(importlib.import_module("lit_rlhf.plan"), "plan_from_config", None)
-    if plan_from_config is None:
-        out["plan"] = "unavailable: lit_rlhf.plan has no plan_from_config here"
-        return out
-    plan = plan_from_config(config, gpus=1)
-    dataclass = dataclasses.is_dataclass(plan) and not isinstance(plan, type)
-    out["plan"] = dataclasses.asdict(plan) if dataclass else str(plan)
-    return out
+        arch = architecture(str(_get(config, "model.init_args.model")))
+        cut = dataclasses.replace(arch, num_hidden_layers=min(layers, arch.num_hidden_layers))
+        folder = Path(tempfile.mkdtemp(prefix="lit-rlhf-measure-"))
+        (folder / "config.json").write_text(hf_config(cut).to_json_string())  # type: ignore[attr-defined]
+        _set(plan_config, "model.init_args.model", str(folder))
+    cuda = torch.cuda.is_available()
+    memory = torch.cuda.get_device_properties(0).total_memory if cuda else None
+    plan = plan_from_config(plan_config, gpus=1, gpu_memory=memory)
+    built = [i for i in plan.items if i.kind != "engine"
+             and (i.kind != "frozen" or i.name.startswith("reference"))]  # fmt: skip
+    return {
+        "update_bytes": phase_bytes(built, "update"),
+        "left_out": [i.name for i in plan.items if i not in built],
+        "verdict": plan.verdict,
+        "plan": plan.as_dict(),
+    }
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -307,9 +305,15 @@ def main(argv: list[str] | None = None) -> int:
         config = measured_config(compose(opts.config), opts)
         record["shapes"] = shapes(config, opts.layers)
         record["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-        record["predicted"] = predicted(config, opts.layers)
+        try:
+            record["predicted"] = predicted(config, opts.layers)
+        except (ImportError, KeyError, TypeError, ValueError) as err:  # measure all the same
+            record["predicted"] = {"unavailable": f"{type(err).__name__}: {err}"}
         calls = run(config, opts)
-        record["measured"] = summary(calls)
+        record["measured"] = measured = summary(calls)
+        if measured["update_peak_bytes"] and record["predicted"].get("update_bytes"):
+            ratio = measured["update_peak_bytes"] / record["predicted"]["update_bytes"]
+            record["measured_over_predicted"] = ratio
         record["calls"] = calls
         status = 0
     except Exception as err:  # out of memory included: written into the JSON

@@ -51,7 +51,9 @@ def test_measure_writes_the_json_with_mfu_from_a_given_peak(tmp_path: Path) -> N
     assert measured["mfu"] / measured["tokens_per_s"] == pytest.approx(
         flops / tokens / peak, rel=1e-5
     )
-    assert set(record["predicted"]["micro_batch"]) == {"activations", "logits"}
+    plan = record["predicted"]
+    assert plan["update_bytes"] > 0 and plan["plan"]["world"] == 1  # this one device
+    assert plan["update_bytes"] <= plan["plan"]["peaks"]["update"]
     assert any("vLLM" in line for line in record["unmeasured"])
     assert "error" not in record
 
