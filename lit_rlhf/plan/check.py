@@ -85,6 +85,8 @@ def live_node(obj: Any, depth: int = 0) -> Any:
         return describe(obj, _FIELDS[name])
     if name == "ModularGradientSurgery":
         return {"class_path": f"{type(obj).__module__}.{name}", "init_args": {}}
+    if hasattr(obj, "max_new_tokens"):  # another engine (HF generate, a server)
+        return describe(obj, {"max_new_tokens": "max_new_tokens"})
     if depth > 4:
         return None
     if isinstance(obj, Mapping):

@@ -132,4 +132,5 @@ def test_the_setup_plan_reads_the_live_run_as_the_config_does() -> None:
     ]
     assert plan.batch.per_rank == data.batch_size == from_config.batch.per_rank
     assert plan.seq_len <= from_config.seq_len  # the live plan reads the longest prompt kept
+    assert plan.seq_len - data.longest_prompt == module.engine.max_new_tokens
     assert trainable is None  # nothing was loaded: the plan reads no weights
