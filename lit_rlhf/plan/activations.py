@@ -37,7 +37,9 @@ prompt in one micro-batch, no checkpointing): the prompt runs once per distinct 
 responses run with every row's copy of the prompt's keys and values (held by the KV cache), and
 autograd holds the response pass's weight gradients in its input buffers until the prompt
 pass's backward adds its share: one gradient of the decoder's weights, held while the response
-pass's activations are freed.
+pass's activations are freed. That copy is extra only when the weights' gradients already exist
+(``accumulating``: a micro-batch after the first of its optimizer step); otherwise the buffers
+become the gradients, which the model states count.
 
 The logits are a separate item (``"logits"``): their size is vocabulary-bound, not layer-bound.
 """
@@ -125,6 +127,7 @@ def activation_bytes(
     packed: bool = False,
     response_len: int = 0,
     shared_prompt_rows: int | None = None,
+    accumulating: bool = True,
 ) -> int:
     """Peak bytes of a decoder's activations for one micro-batch (logits excluded): the policy's
     trunk, or a separate critic's (the value head keeps the final norm's output, counted).
@@ -143,7 +146,7 @@ def activation_bytes(
     working = tokens * backward_working_bytes_per_token(arch, d=d)
     u = shared_prompt_rows
     if u is not None and u < b and not gradient_checkpointing and not packed:
-        shared = _shared_prompt_bytes(arch, b, u, s, response_len, d, attention)
+        shared = _shared_prompt_bytes(arch, b, u, s, response_len, d, attention, accumulating)
         return shared + working
     layer = tokens * layer_saved_bytes_per_token(arch, kv_len=length, **kw)  # type: ignore[arg-type]
     # checkpointing: every layer's input and one layer recomputed in backward
@@ -152,15 +155,15 @@ def activation_bytes(
 
 
 def _shared_prompt_bytes(
-    arch: Architecture, b: int, u: int, s: int, r: int, d: int, attention: str
+    arch: Architecture, b: int, u: int, s: int, r: int, d: int, attention: str, accumulating: bool
 ) -> int:
     """The larger of two moments of the shared-prompt path. When backward starts: the prompt
     pass's kept tensors (``u`` rows of ``p`` tokens) and the response pass's (``b`` rows of ``r``
     tokens attending to ``p + r`` keys: each row's copy of the prompt's keys and values). When the
     response pass's backward ends (its activations freed): the prompt pass's kept tensors, the
     gradients of every layer's ``[b, p + r]`` keys and values (waiting for the prompt's
-    backward) and the response pass's weight gradients (decoder layers and the embedding) held in
-    autograd's input buffers until the prompt pass adds its share."""
+    backward) and, when ``accumulating``, the response pass's weight gradients (decoder layers
+    and the embedding) held in autograd's input buffers until the prompt pass adds its share."""
     p, L, h = s - r, arch.num_hidden_layers, arch.hidden_size
     _, kv_eff = _widths(arch, repeat_kv=True)
     prompt = L * u * p * layer_saved_bytes_per_token(arch, kv_len=p, d=d, attention=attention)
@@ -169,7 +172,7 @@ def _shared_prompt_bytes(
     keys_values = L * 2 * b * s * kv_eff * d
     final_norm = b * r * ((FP32 + 2 * d) * h + FP32)
     start = prompt + L * answer + keys_values + _per_forward(arch, b, r, s, d) + final_norm
-    held_grads = (L * layer_weight_count(arch) + arch.vocab_size * h) * d
+    held_grads = (L * layer_weight_count(arch) + arch.vocab_size * h) * d if accumulating else 0
     return max(start, prompt + keys_values + held_grads)
 
 
@@ -216,6 +219,7 @@ def micro_batch_peak_bytes(
     logits_chunk: int | None = None,
     attention: str = "sdpa",
     shared_prompt_rows: int | None = None,
+    accumulating: bool = True,
 ) -> dict[str, int]:
     """``{"activations": ..., "logits": ...}`` bytes of one micro-batch of ``sequences`` rows
     of ``seq_len`` tokens (prompt + response), ``response_len`` of them scored.
@@ -224,7 +228,9 @@ def micro_batch_peak_bytes(
     the packed path's LM-head chunk (``lit_rlhf.models.chunked.CHUNK_TOKENS``); None: the padded
     path. ``attention``: ``"sdpa"`` (transformers' default) or ``"eager"``.
     ``shared_prompt_rows``: distinct prompts among the rows when the update shares prompts
-    (``forward_response``'s default without checkpointing; None: every row runs in full)."""
+    (``forward_response``'s default without checkpointing; None: every row runs in full).
+    ``accumulating``: the micro-batch is not the first of its optimizer step (its gradients
+    already exist; with shared prompts autograd then buffers a second copy)."""
     for name, value in (("sequences", sequences), ("seq_len", seq_len)):
         if value < 1:
             raise ValueError(f"{name}={value}: a micro-batch needs at least one. Fix: pass >= 1.")
@@ -246,6 +252,7 @@ def micro_batch_peak_bytes(
         packed=logits_chunk is not None,
         response_len=response_len,
         shared_prompt_rows=shared_prompt_rows,
+        accumulating=accumulating,
     )
     logits = logits_bytes(
         arch,
