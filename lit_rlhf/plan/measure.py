@@ -83,6 +83,20 @@ def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
         parent[last] = value
 
 
+def data_tasks(config: dict[str, Any]) -> list[str]:
+    """The task labels the training data's sources give (a multi-domain run's domains)."""
+    found: set[str] = set()
+    stack: list[Any] = [_get(config, "data.init_args.train")]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found.update(v for k, v in node.items() if k == "task" and isinstance(v, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return sorted(found)
+
+
 def measured_config(config: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]:
     """The config the measurement runs: one device, on-policy, the response and prompt lengths
     capped by ``--max-response`` / ``--max-prompt``, a rollout of ``--sequences`` samples (whole
@@ -92,7 +106,7 @@ def measured_config(config: dict[str, Any], opts: argparse.Namespace) -> dict[st
     group = int(_get(config, f"{args}.rollout.samples_per_prompt", 4))
     micro = int(_get(config, f"{args}.optim.micro_batch_size", 1))
     sequences = opts.sequences or 2 * micro
-    prompts = max(1, -(-sequences // group))
+    prompts = max(1, -(-sequences // group), len(data_tasks(config)))  # a group per domain
     prompt_len = int(_get(config, "data.init_args.max_prompt_length", 64))
     response = int(_get(config, f"{args}.engine.init_args.max_new_tokens", 64))
     for key, value in {
@@ -188,7 +202,7 @@ def run(config: dict[str, Any], opts: argparse.Namespace) -> list[dict[str, Any]
         module = module_cls(engine=engine, tokenizer=StandInTokenizer(), **extra, **init)
         vocab = architecture(str(init["model"])).vocab_size
         module.rl.collect = lambda mod, batch: synthetic_rollout(
-            batch, group, prompt_len, response, vocab, device
+            batch, group, prompt_len, response, vocab, device, data_tasks(config) or ["synthetic"]
         )
         module.rl.prepare = recorder.wrap("prepare", module.rl.prepare)
         module.rl.optimize = recorder.wrap("optimize", module.rl.optimize)

@@ -57,8 +57,9 @@ class StandInTokenizer:
 
 
 def synthetic_rollout(batch: dict[str, Any], group: int, prompt_len: int, response: int,
-                      vocab: int, device: torch.device) -> Any:  # fmt: skip
-    """``group`` full-length responses for each prompt of ``batch``, random tokens and scores."""
+                      vocab: int, device: torch.device, tasks: list[str]) -> Any:  # fmt: skip
+    """``group`` full-length responses for each prompt of ``batch``, random tokens and scores;
+    the prompts' tasks cycle through ``tasks`` (a multi-domain run's domains)."""
     from lit_rlhf.types import Rollout
 
     n = len(batch["prompt"]) * group
@@ -69,7 +70,8 @@ def synthetic_rollout(batch: dict[str, Any], group: int, prompt_len: int, respon
         response_ids=ids[:, prompt_len:], response_mask=ones[:, prompt_len:],
         sample_log_probs=-torch.rand(n, response, device=device),
         group_ids=torch.arange(len(batch["prompt"]), device=device).repeat_interleave(group),
-        query_ids=[str(i // group) for i in range(n)], tasks=["synthetic"] * n,
+        query_ids=[str(i // group) for i in range(n)],
+        tasks=[tasks[i // group % len(tasks)] for i in range(n)],
         rows=[{}] * n, prompts=[""] * n, responses=[""] * n,
         scores=torch.randn(n, device=device), reward_info={},
     )  # fmt: skip
