@@ -33,7 +33,7 @@ P=configs/ppo G=configs/grm Z2=configs/trainer/deepspeed_zero2.yaml
 Z3=configs/trainer/deepspeed_zero3.yaml
 case ${WINDOW:-1} in  # name|configs|options, 4 presets of at most 60 s each per window
   1) PRESETS=("countdown_tre|$P/countdown_tre.yaml|" "math_tre|$P/math_tre.yaml|"
-       "mgs_7b|$P/multidomain_mgs_qwen2.5-7b.yaml,$Z2|--layers 6"
+       "mgs_7b|$P/multidomain_mgs_qwen2.5-7b.yaml,$Z2|--layers 6 --max-response 2048"
        "countdown|$P/countdown_qwen2.5-1.5b.yaml|") ;;
   2) PRESETS=("hh_tre|$P/hh_tre_ultrafeedback.yaml|" "math|$P/math_qwen2.5-1.5b.yaml|"
        "consistrm_8b|$G/consistrm_qwen3-8b.yaml,$Z3|--layers 6"
