@@ -43,8 +43,8 @@ case ${WINDOW:-1} in  # name|configs|options, 4 presets of at most 60 s each per
        "calculator|$P/countdown_calculator_qwen2.5-1.5b.yaml|"
        "reflectrm_4b|$G/reflectrm_qwen3-4b.yaml,$Z3|--layers 8") ;;
 esac
+mkdir -p /tmp/site "$DIR"
 if want 1; then
-  mkdir -p /tmp/site "$DIR"
   timeout 40 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     "$WHEELS"/*.whl || status=1
   $PY -m pip show pyarrow fsspec 2>/dev/null | grep -E "^(Name|Version)"
