@@ -39,6 +39,8 @@ from typing import Any, cast
 
 import torch
 
+from lit_rlhf.plan.flops import device_peak_flops
+
 UNMEASURED = [
     "the rollout phase: vLLM's weights, KV cache (gpu_memory_utilization, sleep mode) and "
     "sampling dtype, and HF generation (no generation runs here)",
@@ -319,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         config = measured_config(compose(opts.config), opts)
         record["shapes"] = shapes(config, opts.layers)
         record["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        given = _get(config, "model.init_args.update.device_peak_flops")
+        record["device_peak_flops"] = device_peak_flops(record["device"], given)  # MFU's divisor
         try:
             record["predicted"] = predicted(config, opts.layers)
         except (ImportError, KeyError, TypeError, ValueError) as err:  # measure all the same

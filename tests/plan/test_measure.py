@@ -55,7 +55,7 @@ def test_measure_writes_the_json_with_mfu_from_a_given_peak(tmp_path: Path) -> N
     assert plan["update_bytes"] > 0 and plan["plan"]["world"] == 1  # this one device
     assert plan["update_bytes"] <= plan["plan"]["peaks"]["update"]
     assert any("vLLM" in line for line in record["unmeasured"])
-    assert "error" not in record
+    assert "error" not in record and record["device_peak_flops"] == peak
 
 
 def test_a_gpu_preset_is_measured_at_its_own_shapes() -> None:
