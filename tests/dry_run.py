@@ -189,9 +189,12 @@ def vllm_old_log_probs(config: dict[str, Any]) -> list[str]:
     args = config["model"]["init_args"]
     engine = str((args.get("engine") or {}).get("class_path", ""))
     update = args.get("update") or {}
-    batch = config["data"]["init_args"].get("batch_size") or 1
-    rollout = batch * ((args.get("rollout") or {}).get("samples_per_prompt") or 1)
-    mini = update.get("mini_batch_size") or rollout
+    data = config["data"]["init_args"]
+    batch = data.get("global_batch_size") or data.get("batch_size") or 1  # prompts
+    g = (args.get("rollout") or {}).get("samples_per_prompt") or 1
+    rollout = batch * g
+    global_mini = update.get("global_mini_batch_size")  # prompts, as the global batch
+    mini = global_mini * g if global_mini else update.get("mini_batch_size") or rollout
     steps = (update.get("ppo_epochs") or 1) * math.ceil(rollout / mini)
     if not engine.endswith("VLLMGenerationEngine"):
         return []

@@ -43,7 +43,8 @@ The overrides (:data:`OVERRIDES`; the same list is in docs/recipes.md's introduc
   <= 1024, ``context_tokens`` <= 64, ``continuation_tokens`` <= 16, ``overlong_buffer`` <= 4
   (the tiny models have 1,024 positions).
 - Small batches: ``data.batch_size`` 1, and ``mini_batch_size`` scaled by the same factor, so
-  a rollout still takes as many optimizer steps as the preset's.
+  a rollout still takes as many optimizer steps as the preset's (``global_batch_size`` and
+  ``global_mini_batch_size`` x ``samples_per_prompt`` become these per-process sizes first).
 - Run length: ``max_epochs: 1``, ``max_steps: -1``, ``limit_train_batches`` 1 (2 with a warmup),
   no validation (``limit_val_batches: 0``, ``num_sanity_val_steps: 0``, ``val_check_interval:
   1.0``, ``check_val_every_n_epoch: 1``), no checkpoints, logs under the test's temp folder.
@@ -183,6 +184,25 @@ def test_vllm_presets_with_several_steps_recompute_old_log_probs():
     assert "pins model.init_args.mismatch.correction" in vllm_old_log_probs(config)[0]
 
 
+def test_small_batches_turn_global_sizes_into_per_process_ones(tmp_path):
+    """TRE's 512 prompts in mini-batches of 64 (8 samples each): one prompt a rollout and
+    mini-batches of 1 sequence keep 8 optimizer steps per rollout on the dry run's one process."""
+    composed = {
+        "trainer": {"accelerator": "gpu", "devices": 8},
+        "model": {"init_args": {"rollout": {"samples_per_prompt": 8}, "optim": {"lr": 1.0e-6},
+                                "update": {"global_mini_batch_size": 64}}},
+        "data": {"init_args": {"global_batch_size": 512}},
+    }  # fmt: skip
+    config = dry_run_config(composed, Context(tmp_path, None, 1))
+    assert config["data"]["init_args"] == {"batch_size": 1}
+    assert config["model"]["init_args"]["update"] == {"mini_batch_size": 1}
+    assert "8 optimizer steps per rollout" in vllm_old_log_probs(
+        {**composed, "model": {"init_args": {**composed["model"]["init_args"], "engine": {
+            "class_path": "lit_rlhf.rollout.VLLMGenerationEngine"}, "mismatch": {
+            "correction": "none"}}}}
+    )[0]  # fmt: skip
+
+
 # ------------------------------------------------------------------ composing
 # ------------------------------------------------------------------ the overrides
 @dataclass(frozen=True)
@@ -295,13 +315,20 @@ def cap_lengths(config: dict[str, Any], ctx: Context) -> None:
 
 
 def small_batches(config: dict[str, Any], ctx: Context) -> None:
-    """data.batch_size <= MAX_BATCH; mini_batch_size scaled alike (same steps per rollout)."""
+    """data.batch_size <= MAX_BATCH; mini_batch_size scaled alike (same steps per rollout). The
+    global sizes (prompts across all processes) become these per-process ones first: the dry run
+    is one process, and a global mini-batch of a fraction of a prompt cannot be written."""
     data = config["data"]["init_args"]
+    update = config["model"]["init_args"].get("update") or {}  # PPO's and GRM's group
+    if data.get("global_batch_size") is not None:
+        data["batch_size"] = data.pop("global_batch_size")
+    if update.get("global_mini_batch_size") is not None:
+        g = (config["model"]["init_args"].get("rollout") or {}).get("samples_per_prompt", 4)
+        update["mini_batch_size"] = update.pop("global_mini_batch_size") * g
     batch = data.get("batch_size")
     if not batch or batch <= MAX_BATCH:
         return
     data["batch_size"] = MAX_BATCH
-    update = config["model"]["init_args"].get("update") or {}  # PPO's and GRM's group
     mini = update.get("mini_batch_size")
     if mini is not None:
         update["mini_batch_size"] = max(1, round(mini * MAX_BATCH / batch))

@@ -205,7 +205,8 @@ def arm_fragment(
     fragment = merge(load_config(settings), {
         "seed_everything": seed, "trainer": trainer,
         "model": {"init_args": {"update": {"seed": seed}}},
-        "data": {"init_args": {"seed": seed, "batch_size": batch, "train": {
+        "data": {"init_args": {"seed": seed, "batch_size": batch, "global_batch_size": None,
+                               "train": {
             "class_path": "lit_rlhf.data.MixturePrompts", "init_args": mixture}}},
     })  # fmt: skip
     return fragment

@@ -92,7 +92,7 @@ def arm_fragment(
         fragment["trainer"]["limit_train_batches"] = steps
     fragment["model"]["init_args"].setdefault("update", {})["seed"] = seed
     data = fragment["data"]["init_args"]
-    data.update({"seed": seed, "batch_size": batch})
+    data.update({"seed": seed, "batch_size": batch, "global_batch_size": None})  # per process
     if steps is not None:
         data["train"] = {"init_args": countdown_args(difficulty, steps * batch, 0)}
     return fragment
