@@ -173,9 +173,17 @@ def add_surgery(ctx: Context, trainable: int) -> None:
     if tasks is None:
         ctx.notes.append("ModularGradientSurgery: the number of domains is unknown; counted as 2")
     n = tasks or 2
-    ctx.add(Item(f"gradient surgery: {n} domain gradients + their sum (float32)",
-                 (n + 1) * 4 * trainable, "update", "buffer",
-                 "full on every GPU, not sharded (docs/multidomain.md)"))  # fmt: skip
+    # lit_rlhf/training/task_backward.py: the earlier domains' flat copies are held while the
+    # last domain runs backward (under DeepSpeed its own float32 sum too: autograd.grad); the
+    # rest of the combination (the last copy and the sum) comes after it, once the activations
+    # are freed: a transient beside the micro-batch's
+    held = n if ctx.strategy.kind == "deepspeed" else n - 1
+    ctx.add(Item(f"gradient surgery: {n} domain gradients, {held} held through the last "
+                 "backward (float32)", held * 4 * trainable, "update", "buffer",
+                 "full on every GPU, not sharded (docs/multidomain.md)"),
+            Item("gradient surgery: the rest of the combination (float32)",
+                 (n + 1 - held) * 4 * trainable, "update", "buffer",
+                 "after the last backward, with the domains' sum", transient=True))  # fmt: skip
 
 
 def activation_item(ctx: Context, role: str, arch: Architecture, shapes: cfg.Shapes, *,
@@ -190,6 +198,9 @@ def activation_item(ctx: Context, role: str, arch: Architecture, shapes: cfg.Sha
         gradient_checkpointing=bool(cfg.group(ctx.config, "precision")
                                     .get("gradient_checkpointing")),
         trainable=trainable, logits_chunk=shapes.logits_chunk,
+        # the policy's update forward shares prompts (a separate critic's does not)
+        shared_prompt_rows=shapes.shared_prompt_rows if logits else None,
+        accumulating=shapes.accumulating,
     )  # fmt: skip
     return peak["activations"] + (peak["logits"] if logits else 0)
 

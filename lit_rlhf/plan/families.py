@@ -41,8 +41,24 @@ def rl_shapes(ctx: Context, mini: int) -> cfg.Shapes:
         return cfg.Shapes(seq, response, max(1, int(tokens) // seq), CHUNK_TOKENS,
                           f"packed: update.micro_batch_tokens={tokens}")  # fmt: skip
     micro = cfg.group(ctx.config, "optim").get("micro_batch_size") or mini
-    return cfg.Shapes(seq, response, min(int(micro), mini), None,
-                      f"optim.micro_batch_size={micro} sequences")  # fmt: skip
+    rows = min(int(micro), mini)
+    return cfg.Shapes(seq, response, rows, None, f"optim.micro_batch_size={micro} sequences",
+                      shared_prompt_rows=shared_prompts(ctx, rows, mini),
+                      accumulating=mini > rows)  # fmt: skip
+
+
+def shared_prompts(ctx: Context, rows: int, mini: int) -> int | None:
+    """Distinct prompts in a micro-batch of ``rows`` drawn from a shuffled mini-batch of ``mini``
+    sequences, where the update's forward runs each prompt once
+    (``lit_rlhf.models.forward.forward_response``: not with gradient checkpointing, which turns
+    the KV cache off, nor with a value head, which needs every row's hidden states)."""
+    samples = int(cfg.group(ctx.config, "rollout").get("samples_per_prompt") or 4)
+    checkpointing = cfg.group(ctx.config, "precision").get("gradient_checkpointing")
+    gae = cfg.group(ctx.config, "advantage").get("estimator", "grpo") == "gae"
+    value_head = gae and cfg.group(ctx.config, "critic").get("kind") == "value_head"
+    if samples < 2 or checkpointing or value_head:
+        return None
+    return min(rows, -(-mini // samples))
 
 
 def step_flops(arch: Any, tokens: int, seq_len: int, logit_tokens: int, *, lm_head: bool = True,

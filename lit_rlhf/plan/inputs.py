@@ -130,6 +130,10 @@ class Shapes:
     micro_sequences: int  # rows per forward/backward
     logits_chunk: int | None  # the packed path's LM-head chunk; None: the padded path
     note: str
+    # distinct prompts per micro-batch where the update's forward shares them (the padded path
+    # without checkpointing or a value head, several samples per prompt); None: rows in full
+    shared_prompt_rows: int | None = None
+    accumulating: bool = True  # micro-batches after the first of an optimizer step exist
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,11 @@ class Plan:
     @property
     def lower_bounds(self) -> dict[str, int]:
         fixed = {p: phase_bytes(self.items, p, fixed_only=True) for p in ("rollout", "update")}
-        fixed["update"] += self.floor
+        # the micro-batch's floor is a step of the update like the fixed transients (the
+        # gradient surgery's combination, after the last backward): the larger one counts
+        resident = [i for i in self.items if not i.transient]
+        floor = phase_bytes(resident, "update", fixed_only=True) + self.floor
+        fixed["update"] = max(fixed["update"], floor)
         return fixed
 
     @property
