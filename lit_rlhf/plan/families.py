@@ -18,6 +18,7 @@ from lit_rlhf.plan.build import (
     add_trained,
     ceil_div,
     floor_bytes,
+    surgery_tasks,
 )
 from lit_rlhf.plan.memory import Item
 
@@ -42,9 +43,10 @@ def rl_shapes(ctx: Context, mini: int) -> cfg.Shapes:
                           f"packed: update.micro_batch_tokens={tokens}")  # fmt: skip
     micro = cfg.group(ctx.config, "optim").get("micro_batch_size") or mini
     rows = min(int(micro), mini)
+    per_domain = max(1, mini // domains(ctx))  # each domain's backward starts from no gradient
     return cfg.Shapes(seq, response, rows, None, f"optim.micro_batch_size={micro} sequences",
-                      shared_prompt_rows=shared_prompts(ctx, rows, mini),
-                      accumulating=mini > rows)  # fmt: skip
+                      shared_prompt_rows=shared_prompts(ctx, rows, per_domain),
+                      accumulating=per_domain > rows)  # fmt: skip
 
 
 def shared_prompts(ctx: Context, rows: int, mini: int) -> int | None:
@@ -59,6 +61,15 @@ def shared_prompts(ctx: Context, rows: int, mini: int) -> int | None:
     if samples < 2 or checkpointing or value_head:
         return None
     return min(rows, -(-mini // samples))
+
+
+def domains(ctx: Context) -> int:
+    """Gradient surgery runs backward domain by domain, each micro-batch of one domain's rows
+    (1 without it)."""
+    callbacks = cfg.section(ctx.config, "trainer").get("callbacks") or []
+    if not list(cfg.find_classes(callbacks, "ModularGradientSurgery")):
+        return 1
+    return ctx.tasks or surgery_tasks(ctx.config) or 2
 
 
 def step_flops(arch: Any, tokens: int, seq_len: int, logit_tokens: int, *, lm_head: bool = True,
