@@ -10,7 +10,14 @@ from typing import Any
 
 from lit_rlhf.plan import inputs as cfg
 from lit_rlhf.plan.architectures import Architecture, architecture
-from lit_rlhf.plan.memory import DTYPE_BYTES, GiB, Item, Strategy, model_state_items
+from lit_rlhf.plan.memory import (
+    DTYPE_BYTES,
+    GiB,
+    Item,
+    Strategy,
+    deepspeed_bucket_items,
+    model_state_items,
+)
 from lit_rlhf.plan.params import Head, counts, lora_parameter_count
 
 RL_MODULES = ("PPOModule", "GenerativeRewardModule")
@@ -68,6 +75,8 @@ def add_trained(ctx: Context, role: str, name: str, *, head: Head = "causal_lm",
         ctx.add(Item(f"{role}: frozen base ({'4-bit' if four_bit else dtype})", base, "both",
                      "frozen", "under LoRA adapters"))  # fmt: skip
     largest = total.largest_layer if trainable == total.total else 0
+    if not ctx.trained:  # one DeepSpeed engine holds every trained network
+        ctx.add(*deepspeed_bucket_items(ctx.strategy, weight_bytes(ctx, dtype), trainable))
     ctx.add(*model_state_items(role, trainable, largest, dtype=dtype, strategy=ctx.strategy,
                                world=ctx.world))  # fmt: skip
     ctx.trained.append((role, arch))

@@ -111,7 +111,11 @@ def deepspeed_strategy(args: Mapping[str, Any], name: str, half: bool) -> Strate
     offload_opt = bool(args.get("offload_optimizer") or offloads(zero.get("offload_optimizer"))
                        or "offload" in name)  # fmt: skip
     offload_params = bool(args.get("offload_parameters") or offloads(zero.get("offload_param")))
-    return Strategy("deepspeed", stage, offload_opt, offload_params, half)
+    bucket = int(float(zero.get("reduce_bucket_size", args.get("reduce_bucket_size", 2e8))))
+    if not zero.get("contiguous_gradients", args.get("contiguous_gradients", True)):
+        bucket = 0  # no preallocated bucket
+    overlap = bool(zero.get("overlap_comm", args.get("overlap_comm", True)))
+    return Strategy("deepspeed", stage, offload_opt, offload_params, half, bucket, overlap)
 
 
 def offloads(section: Any) -> bool:

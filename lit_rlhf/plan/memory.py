@@ -50,6 +50,10 @@ class Strategy:
     offload_optimizer: bool = False
     offload_parameters: bool = False
     half: bool = True  # DeepSpeed's bf16 / fp16 optimizer (16-bit weights, float32 masters)
+    # DeepSpeed's gradient buckets (elements; Lightning's default), preallocated with
+    # contiguous_gradients; ZeRO-1/2 double them with overlap_comm (0: none)
+    reduce_bucket: int = 200_000_000
+    overlap_comm: bool = True
 
     @property
     def label(self) -> str:
@@ -135,6 +139,8 @@ def model_state_items(
             Item(f"{role}: gradients, float32 masters, Adam", rest, "both", "state",
                  state_note + "; 16-bit and float32 gradients"),
         ]  # fmt: skip
+    if strategy.kind == "deepspeed" and not strategy.offload_optimizer:
+        return deepspeed_fp32_items(role, p, largest_layer, strategy, world)
     size = DTYPE_BYTES[dtype]
     share = world if strategy.kind == "fsdp" else 1
     return [
@@ -143,6 +149,42 @@ def model_state_items(
         Item(f"{role}: gradients ({dtype})", size * p // share, "both", "state"),
         Item(f"{role}: Adam moments (float32)", ADAM_BYTES * p // share, "both", "state"),
     ]  # fmt: skip
+
+
+def deepspeed_fp32_items(
+    role: str, p: int, largest_layer: int, strategy: Strategy, world: int
+) -> list[Item]:
+    """DeepSpeed training in float32 (DeepSpeed's estimators assume 16-bit weights): the
+    weights whole (ZeRO-3: their partition and the largest layer gathered), and over the
+    ranks a float32 copy of the partition (DeepSpeed clones it even from float32 weights), Adam's
+    moments and the gradient partition (ZeRO-1: the gradients whole)."""
+    weights = 4 * p // world + 4 * largest_layer if strategy.stage == 3 else 4 * p
+    grads = 4 * p if strategy.stage == 1 else 4 * p // world
+    return [
+        Item(f"{role}: weights (float32)", weights, "both", "state", strategy.label),
+        Item(f"{role}: float32 copy, Adam, gradients", (4 + ADAM_BYTES) * p // world + grads,
+             "both", "state", f"{strategy.label} partition"),
+    ]  # fmt: skip
+
+
+def deepspeed_bucket_items(strategy: Strategy, dtype_bytes: int, params: int) -> list[Item]:
+    """The gradient buckets DeepSpeed allocates whole whatever the model's size (outside its
+    estimators): ZeRO-1/2 one of ``reduce_bucket_size`` elements in the weights' dtype, two
+    with ``overlap_comm`` (``stage_1_and_2.setup_buckets``); ZeRO-3 one (``stage3``'s ipg
+    buffer), and in backward the reduce-scatter's staging of a full bucket (a buffer and its
+    rearranged copy, ``stage3``'s contiguous reduce-scatter)."""
+    if strategy.kind != "deepspeed" or strategy.reduce_bucket <= 0:
+        return []
+    count = 2 if strategy.overlap_comm and strategy.stage < 3 else 1
+    name = f"DeepSpeed reduce buckets ({count} x {strategy.reduce_bucket:.0e} elements)"
+    note = "zero_optimization.reduce_bucket_size; overlap_comm doubles it (ZeRO-1/2)"
+    size = count * strategy.reduce_bucket * dtype_bytes
+    items = [Item(name, size, "both", "state", note)]
+    if strategy.stage == 3:
+        staging = 2 * min(params, strategy.reduce_bucket) * dtype_bytes
+        items.append(Item("DeepSpeed ZeRO-3 reduce-scatter staging", staging, "update", "state",
+                          "two copies of a full bucket's gradients in backward"))  # fmt: skip
+    return items
 
 
 def phase_bytes(items: Iterable[Item], phase: Phase, *, fixed_only: bool = False) -> int:
