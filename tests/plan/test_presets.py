@@ -99,17 +99,18 @@ def test_countdown_tre_fits_one_gpu_with_the_snapshot_on_cpu_and_vllm_asleep() -
 
 def test_math_tre_fits_one_gpu_with_the_fix_and_two_sequences_per_micro_batch() -> None:
     plan = preset_plan(n2_fixed("math_tre"))
+    print(f"\nmath_tre (the N2 fix, optim.micro_batch_size: 2)\n{format_plan(plan)}")
+    assert composed("math_tre")["model"]["init_args"]["optim"]["micro_batch_size"] == 2
+    assert plan.fits, format_plan(plan)
+    config = n2_fixed("math_tre")
+    config["model"]["init_args"]["optim"]["micro_batch_size"] = 4  # the preset before the plan
     # 4 sequences of 1,024 + 8,192 tokens per micro-batch: the lower bound fits (the setup
     # check warns, does not refuse), the estimate of the update does not
-    assert not plan.refused and not plan.fits
-    assert plan.peaks["update"] > GPU > plan.peaks["rollout"]
+    doubled = preset_plan(config)
+    assert not doubled.refused and not doubled.fits
+    assert doubled.peaks["update"] > GPU > doubled.peaks["rollout"]
     with pytest.warns(UserWarning, match="It may not fit"):
-        enforce(plan, "refuse")  # a warning, not a refusal
-    config = n2_fixed("math_tre")
-    config["model"]["init_args"]["optim"]["micro_batch_size"] = 2  # memory only
-    halved = preset_plan(config)
-    print(f"\nmath_tre (the N2 fix, optim.micro_batch_size: 2)\n{format_plan(halved)}")
-    assert halved.fits, format_plan(halved)
+        enforce(doubled, "refuse")  # a warning, not a refusal
 
 
 def test_countdown_tre_without_the_fix_holds_a_float32_snapshot_and_vllm_in_the_update() -> None:
