@@ -70,9 +70,9 @@ class RewardModelModule(ExportedModelHooks, LightningModule):
     optim: AdamW, clipping, pairs per forward/backward (``micro_batch_size``, gradient
         accumulation within a batch; null: the whole batch; one optimizer step per batch) and
         the lr schedule (:class:`~lit_rlhf.settings.OptimSettings`; lr 1e-5).
-    precision: the weights' dtype (:class:`~lit_rlhf.settings.PrecisionSettings`; no frozen
-        reference and no activation checkpointing here: ``reference_dtype`` and
-        ``gradient_checkpointing`` are refused).
+    precision: the weights' dtype and activation checkpointing
+        (:class:`~lit_rlhf.settings.PrecisionSettings`; no frozen reference here:
+        ``reference_dtype`` is refused).
     margin: subtracted from ``r_chosen - r_rejected`` inside the loss (0: plain Bradley-Terry).
     max_length: tokens per sequence (longer ones are cut from the left, keeping the response).
     chat_template: render (query, response) with the tokenizer's chat template.
@@ -96,7 +96,7 @@ class RewardModelModule(ExportedModelHooks, LightningModule):
         self.save_hyperparameters(ignore=["tokenizer"])
         g = take_groups(self)  # each an instance or a dict (hparams), validated
         self.optim, self.precision = g["optim"], g["precision"]
-        self.precision.refuse_unread("RewardModelModule", reference=False, checkpointing=False)
+        self.precision.refuse_unread("RewardModelModule", reference=False, checkpointing=True)
         _check_settings(margin, max_length)
         self.automatic_optimization = False
         self.step_optimizer = OptimizerStep.from_settings(self.optim)
@@ -113,6 +113,8 @@ class RewardModelModule(ExportedModelHooks, LightningModule):
             self.model = load_reward_model(
                 self.hp.model, pad_token_id=self.tokenizer.pad_token_id, dtype=self.precision.dtype
             )
+        if self.precision.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
 
     def export_network(self) -> tuple[Any, Any]:
         """What ``lit-rlhf export`` writes: the sequence-classification reward model (its

@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from lit_rlhf.data import PreferencePairs, PromptDataModule
+from lit_rlhf.models.loading import load_tokenizer
 from lit_rlhf.models.scoring import conversation_text
 from lit_rlhf.modules import RewardModelModule
 from lit_rlhf.modules.reward_model import chosen_and_rejected
@@ -42,8 +43,8 @@ def test_settings_are_refused_at_construction() -> None:
         RewardModelModule(optim={"micro_batch_size": 0})
     with pytest.raises(ValueError, match=r"max_length=1 must be >= 2"):
         RewardModelModule(max_length=1)
-    with pytest.raises(ValueError, match=r"precision\.gradient_checkpointing: RewardModelModule"):
-        RewardModelModule(precision={"gradient_checkpointing": True})
+    with pytest.raises(ValueError, match=r"precision\.reference_dtype='bfloat16': RewardModel"):
+        RewardModelModule(precision={"reference_dtype": "bfloat16"})
     with pytest.raises(TypeError, match=r"now optim\.micro_batch_size"):
         RewardModelModule(micro_batch_size=4)  # type: ignore[call-arg]
 
@@ -101,3 +102,21 @@ def test_a_tiny_reward_model_learns_a_preference_and_exports(tmp_path: Path) -> 
         theirs = loaded(**enc).logits[:, 0]
     torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
     assert mine[0] > mine[1]
+
+
+def test_gradient_checkpointing_is_applied_and_keeps_the_gradient() -> None:
+    """``precision.gradient_checkpointing`` recomputes the blocks in the backward: the loss's
+    gradient equals the one without it."""
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        module = RewardModelModule(precision={"gradient_checkpointing": checkpointing})
+        module.tokenizer = load_tokenizer("builtin:tiny-llama")
+        module.configure_model()
+        assert module.model.is_gradient_checkpointing is checkpointing
+        module.model.train()
+        rewards = module.score(["Q: 2+2?", "Q: 3+3?"], ["4", "six"])
+        (rewards[0] - rewards[1]).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in module.model.parameters()
+                                if p.grad is not None]))  # fmt: skip
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
