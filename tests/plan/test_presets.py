@@ -9,6 +9,7 @@ H200s too."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,21 @@ def test_mgs_7b_is_refused_on_80_and_141_gb_gpus(memory: str) -> None:
     assert surgery + 2 * 7_615_616_512 < parse_memory("140GiB") < plan.lower_bound
     with pytest.raises(ValueError, match="Even the lower bound does not fit"):
         enforce(plan, "refuse")
+
+
+_HEADER_FIGURE = re.compile(
+    r"lit-rlhf plan`?(?: \([^)]*\)| on \d+ x \d+ GB)?[^0-9]{0,60}?(\d+\.\d) GiB"
+)
+
+
+@pytest.mark.parametrize("preset", [p.stem for p in PRESETS])
+def test_every_gpu_preset_header_gives_the_plans_peak(preset: str) -> None:
+    """The memory figure a preset's header states is the plan's peak per GPU (0.1 GiB)."""
+    path = preset_path(preset)
+    header = " ".join(
+        line.lstrip("#").strip() for line in path.read_text().splitlines() if line.startswith("#")
+    )
+    found = _HEADER_FIGURE.search(header)
+    assert found, f"{path}: the header gives no 'lit-rlhf plan: <GiB>' figure"
+    plan = preset_plan(composed(preset))
+    assert float(found.group(1)) == round(plan.peak / GiB, 1), format_plan(plan)
