@@ -11,7 +11,7 @@
 # wheel deepspeed==0.19.8 --no-deps -w dist/wheels`). datasets 5.2 needs pyarrow >= 24: step 1
 # prints the image's. Steps (timeouts: 40 + 4 x 60 + 90 + 100 = 470 s):
 #   1. the wheels installed (--no-index, into /tmp/site), the GPU's name and memory;
-#   2. `python -m lit_rlhf.plan.measure` on this window's presets (WINDOW=1..3, below; a preset's
+#   2. `python -m lit_rlhf.measure` on this window's presets (WINDOW=1..3, below; a preset's
 #      update on synthetic full-length rollouts and random weights, no generation): one JSON each
 #      in ${OUT:-runs/gpu_check} with the plan's prediction vs the measured peak memory
 #      (torch.cuda.max_memory_allocated), step time, tokens/s and MFU. Unmeasured, as each JSON
@@ -54,7 +54,7 @@ export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 want 2 && for preset in "${PRESETS[@]}"; do
   IFS='|' read -r name configs options <<<"$preset"
   echo "## measure $name (window ${WINDOW:-1})"
-  timeout 60 $PY -m lit_rlhf.plan.measure --config ${configs//,/ --config } $options \
+  timeout 60 $PY -m lit_rlhf.measure --config ${configs//,/ --config } $options \
     --out "$DIR/measure_$name.json" || status=1
 done
 want 3 && { echo "## gpu tests"

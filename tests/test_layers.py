@@ -46,8 +46,20 @@ def test_every_layer_contract_is_kept() -> None:
             "cli: the dispatcher over its verbs over the shared pieces BROKEN",
             "lit_rlhf.cli -> lit_rlhf.cli.dispatch",
         ),
+        (
+            "lit_rlhf/plan/flops.py",
+            # the plan is imported by the training core (setup check, perf/mfu): below it
+            "import lit_rlhf.training.rng\n",
+            "floors: one direction of use BROKEN",
+            "lit_rlhf.plan.flops -> lit_rlhf.training.rng",
+        ),
     ],
-    ids=["module-from-callbacks", "training-from-strategies", "dispatcher-from-a-verb"],
+    ids=[
+        "module-from-callbacks",
+        "training-from-strategies",
+        "dispatcher-from-a-verb",
+        "training-from-the-plan",
+    ],
 )
 def test_a_back_import_breaks_its_contract_with_the_chain(
     tmp_path, package_path, back_import, contract, chain

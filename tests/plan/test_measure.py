@@ -1,4 +1,4 @@
-"""``python -m lit_rlhf.plan.measure``: a preset's update on synthetic rollouts and random weights,
+"""``python -m lit_rlhf.measure``: a preset's update on synthetic rollouts and random weights,
 run as a user runs it (a subprocess writing its JSON), on CPU at tiny shapes."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from lit_rlhf.measure.update import compose, measured_config, shapes
 from lit_rlhf.plan.architectures import architecture
 from lit_rlhf.plan.flops import step_flops
-from lit_rlhf.plan.measure import compose, measured_config, shapes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def test_measure_writes_the_json_with_mfu_from_a_given_peak(tmp_path: Path) -> N
     out = tmp_path / "m.json"
     args = ["--config", "configs/ppo/countdown_tiny.yaml", "--config", str(fragment)]
     run = subprocess.run(
-        [sys.executable, "-m", "lit_rlhf.plan.measure", *args, "--out", str(out),
+        [sys.executable, "-m", "lit_rlhf.measure", *args, "--out", str(out),
          "--max-prompt", "32", "--max-response", "8"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -76,7 +76,7 @@ def test_random_weights_build_a_hub_architecture_without_a_download() -> None:
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-    from lit_rlhf.plan.synthetic import random_weights
+    from lit_rlhf.measure.synthetic import random_weights
 
     saved = AutoModelForCausalLM.from_pretrained
     with random_weights(torch.device("meta"), 2):  # meta: shapes only, nothing allocated

@@ -34,7 +34,7 @@ def measured(window: int, tmp_path: Path) -> list[list[str]]:
     out = subprocess.run(["bash", str(SCRIPT), "2"], env=env, capture_output=True, text=True,
                          timeout=60, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    return [line.split() for line in out.stdout.splitlines() if "lit_rlhf.plan.measure" in line]
+    return [line.split() for line in out.stdout.splitlines() if "lit_rlhf.measure" in line]
 
 
 def test_the_windows_measure_every_rl_gpu_preset_once(tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_the_windows_measure_every_rl_gpu_preset_once(tmp_path: Path) -> None:
 def test_the_timeouts_fit_one_eight_minute_command() -> None:
     text = SCRIPT.read_text()
     timeouts = [int(t) for t in re.findall(r"\btimeout (\d+) ", text)]
-    measure = int(re.search(r"timeout (\d+) \$PY -m lit_rlhf.plan.measure", text).group(1))
+    measure = int(re.search(r"timeout (\d+) \$PY -m lit_rlhf.measure", text).group(1))
     # each step once, the measure step once per preset of the largest window
     total = sum(timeouts) - measure + 4 * measure
     assert total <= 8 * 60, total

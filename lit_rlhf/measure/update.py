@@ -3,7 +3,7 @@ synthetic rollouts at the preset's shapes, on randomly initialised networks of t
 architectures (nothing downloaded, no generation), and the measured peak memory, step time,
 tokens/s and MFU are written beside the plan's prediction.
 
-    python -m lit_rlhf.plan.measure --config configs/ppo/countdown_tre.yaml [--config frag.yaml]
+    python -m lit_rlhf.measure --config configs/ppo/countdown_tre.yaml [--config frag.yaml]
         --out x.json [--sequences N] [--max-prompt P] [--max-response R] [--layers L] [--steps S]
 
 What runs is the module's own update (``PolicyStep.prepare`` and ``PolicyStep.optimize``: the
@@ -174,13 +174,13 @@ def run(config: dict[str, Any], opts: argparse.Namespace) -> list[dict[str, Any]
     """Fit the config's module on ``opts.steps`` synthetic rollouts; the recorded calls."""
     import lightning as L
 
-    from lit_rlhf.plan.architectures import architecture
-    from lit_rlhf.plan.synthetic import (
+    from lit_rlhf.measure.synthetic import (
         Recorder,
         StandInTokenizer,
         random_weights,
         synthetic_rollout,
     )
+    from lit_rlhf.plan.architectures import architecture
     from lit_rlhf.rollout import HFGenerationEngine
 
     args = "model.init_args"
@@ -301,7 +301,7 @@ def predicted(config: dict[str, Any], layers: int | None) -> dict[str, Any]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m lit_rlhf.plan.measure", description=(__doc__ or "").split("\n\n")[0]
+        prog="python -m lit_rlhf.measure", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument("--config", action="append", required=True, help="as lit-rlhf fit's")
     parser.add_argument("--out", required=True, help="the JSON file to write")

@@ -1,4 +1,4 @@
-"""The stand-ins of a measured update (:mod:`lit_rlhf.plan.measure`): networks built with random
+"""The stand-ins of a measured update (:mod:`lit_rlhf.measure.update`): networks built with random
 weights instead of loaded, a synthetic rollout instead of generated, a tokenizer's two ids, and
 the recorder of each update phase's memory and time."""
 

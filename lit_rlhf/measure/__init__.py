@@ -1,0 +1,7 @@
+"""Measurements of a preset's update on this machine, beside the plan's prediction.
+
+``python -m lit_rlhf.measure --config ...`` (:mod:`.update`; its stand-ins in :mod:`.synthetic`)
+runs a module's own update on synthetic rollouts and random weights. It sits above the training
+core (it builds modules and trainers); :mod:`lit_rlhf.plan`, which the training core imports for
+its setup check and ``perf/mfu``, stays below it and runs nothing.
+"""
