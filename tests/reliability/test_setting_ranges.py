@@ -37,6 +37,8 @@ RANGES: dict[str, tuple[str, list[Any]]] = {
     "advantage.lam": ("[0, 1]", [-0.1, 1.5, NAN]),
     "update.ppo_epochs": (">= 1", [0]),
     "update.mini_batch_size": (">= 1, or null (the whole rollout)", [0]),
+    "update.global_mini_batch_size": (">= 1 prompt across all processes, or null", [0]),
+    "update.device_peak_flops": ("> 0 and finite FLOP/s, or null", [0, float("nan")]),
     "optim.micro_batch_size": (">= 1, or null where the module allows it", [0, -2]),
     "update.micro_batch_tokens": (">= 1 token, or null (padded micro-batches)", [0, -64]),
     "loss.clip_low": ("(0, 1)", [0.0, 1.0, NAN]),
