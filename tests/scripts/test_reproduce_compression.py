@@ -99,7 +99,11 @@ def test_gpu_preset_prints_the_qwen_presets_settings(capsys: pytest.CaptureFixtu
         assert model == config["model"]["init_args"]
         assert train == config["data"]["init_args"]["train"]["init_args"]
         assert run["val_text"] == config["data"]["init_args"]["val"]["init_args"]
-        assert run["data"]["batch_size"] == config["data"]["init_args"]["batch_size"] == 256
+        assert (
+            run["data"]["global_batch_size"]
+            == config["data"]["init_args"]["global_batch_size"]
+            == 256
+        )
 
 
 def test_cpu_preset_cuts_smollm2_and_resolves_the_precision(

@@ -42,6 +42,10 @@ EXCEPTIONS: dict[tuple[str, str], tuple[int, str]] = {
     ),
     ("precision", "dtype"): (8, "each module's trainable-precision check at setup and its load"),
     ("precision", "reference_dtype"): (5, "checked where a module has no reference, and loaded"),
+    ("precision", "gradient_checkpointing"): (
+        2,
+        "the shared policy load and the reward model's own (a sequence-classification network)",
+    ),
     ("rollout", "samples_per_prompt"): (
         4,
         f"{_CHECK}; update.global_mini_batch_size in sequences per process",
