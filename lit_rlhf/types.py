@@ -30,6 +30,9 @@ class GenerationOutput:
     # [B, R] float32, log-prob of each token under the sampling distribution; None when
     # generate was called with log_probs=False
     log_probs: Tensor | None
+    # [B, R] long, the weight version that sampled each token (-1 on padding); None: the engine
+    # does not tag tokens (every engine but a server's, whose requests may span weight pushes)
+    token_versions: Tensor | None = None
 
 
 @dataclass
@@ -72,6 +75,9 @@ class Rollout:
     cut: Tensor | None = None  # [B] bool, the episode was cut by a token budget
     # the weight version (updates done) the engine sampled with; set by one-step-off training
     weight_version: int | None = None
+    # [B, R] long, the weight version that sampled each response token (-1 on padding and on
+    # tokens the policy did not sample); None when the engine does not tag tokens
+    token_versions: Tensor | None = None
 
     @property
     def input_ids(self) -> Tensor:  # [B, T]
