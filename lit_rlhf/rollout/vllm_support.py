@@ -1,7 +1,8 @@
-"""The stateless pieces of :class:`~lit_rlhf.rollout.vllm.VLLMGenerationEngine`: vLLM's outputs
-as padded tensors, the policy's own log-probs (when top-k/top-p truncate), the weights vLLM
-serves, the re-processing of layers with a shared weight after a reload, and the guards around
-vLLM's side effects (global RNG state, per-layer reload warnings).
+"""The stateless pieces of :class:`~lit_rlhf.rollout.vllm.VLLMGenerationEngine`: its ``dtype``
+and ``push_bucket_bytes`` settings, a request's sampling parameters, vLLM's outputs as padded
+tensors, the policy's own log-probs (when top-k/top-p truncate), the weights vLLM serves, one
+reload call, the re-processing of layers with a shared weight after a reload, and the guards
+around vLLM's side effects (global RNG state, per-layer reload warnings).
 """
 
 from __future__ import annotations
@@ -25,6 +26,59 @@ _RELOAD_LOGGERS = (
     "vllm.model_executor.model_loader.reload.layerwise",
     "vllm.model_executor.model_loader.reload.inplace",
 )
+
+
+ENGINE_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def check_engine_dtype(dtype: str, llm_kwargs: dict[str, Any] | None) -> None:
+    """Refuse an engine ``dtype`` outside ``auto`` / :data:`ENGINE_DTYPES`, and a second one in
+    ``llm_kwargs`` (the push casts to ``dtype``)."""
+    if dtype != "auto" and dtype not in ENGINE_DTYPES:
+        raise ValueError(
+            f"VLLMGenerationEngine dtype={dtype!r} is not known. Fix: dtype: auto, "
+            f"{', '.join(ENGINE_DTYPES)}."
+        )
+    if "dtype" in (llm_kwargs or {}):
+        raise ValueError(
+            "VLLMGenerationEngine llm_kwargs sets dtype. Fix: set the engine's own `dtype:` "
+            "instead (the weight push casts to it)."
+        )
+
+
+def resolve_engine_dtype(dtype: str, parameter: Tensor) -> torch.dtype:
+    """The dtype vLLM runs in: ``dtype``, or for ``auto`` bfloat16 when the policy's
+    ``parameter`` is on a CUDA device, else the parameter's dtype."""
+    if dtype != "auto":
+        return ENGINE_DTYPES[dtype]
+    return torch.bfloat16 if parameter.device.type == "cuda" else parameter.dtype
+
+
+def check_push_bucket_bytes(value: int) -> None:
+    """Refuse a ``push_bucket_bytes`` that is not an int >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"push_bucket_bytes must be an int (bytes), got {value!r}. Fix: e.g. "
+            "push_bucket_bytes: 536870912 (512 MiB), or 0 for the per-parameter push."
+        )
+    if value < 0:
+        raise ValueError(
+            f"push_bucket_bytes must be >= 0, got {value}. Fix: a bucket size in bytes "
+            "(default 536870912, 512 MiB), or 0 for the per-parameter push."
+        )
+
+
+def _reload(llm: Any, tensors: list[tuple[str, Tensor]], dtype: torch.dtype | None) -> int:
+    """One ``reload_weights`` call of ``llm`` with ``tensors``, each cast to ``dtype`` as it is
+    read (vLLM finishes each layer whose tensors all arrived); their bytes in ``dtype``."""
+    cast = ((n, t if dtype is None else t.to(dtype)) for n, t in tensors)
+    with _quiet(_RELOAD_LOGGERS):
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": cast})
+    return sum(t.numel() * (dtype or t.dtype).itemsize for _, t in tensors)
 
 
 def _reprocess_shared_weight_layers(model: nn.Module) -> int:
@@ -56,6 +110,31 @@ def _named_parameters(
     for name, param in served_parameters(model):
         on_each(name)
         yield name, param
+
+
+def _sampling_params(
+    engine: Any, tokenizer: Any, greedy: bool, log_probs: bool = True, seed: int | None = None,
+    budget: int | None = None,
+) -> Any:  # fmt: skip
+    """vLLM ``SamplingParams`` for one request of ``engine`` (its max_new_tokens, temperature,
+    top_p, top_k)."""
+    from vllm import SamplingParams
+
+    eos = tokenizer.eos_token_id
+    return SamplingParams(
+        n=1,
+        max_tokens=budget or engine.max_new_tokens,
+        temperature=0.0 if greedy else engine.temperature,
+        top_p=1.0 if greedy else engine.top_p,
+        top_k=0 if greedy else engine.top_k,
+        # the sampled token's log-prob only (None: none, ~10 % less generation time on CPU)
+        logprobs=0 if log_probs else None,
+        # stop exactly on our tokenizer's EOS (as the HF engine does), not on vLLM's own
+        ignore_eos=True,
+        stop_token_ids=None if eos is None else torch.as_tensor(eos).reshape(-1).tolist(),
+        detokenize=False,
+        seed=seed,
+    )
 
 
 def _pad_outputs(

@@ -27,11 +27,14 @@ class FakeLLM:
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
         self.pushed: dict[str, torch.dtype] = {}
+        self.calls: list[list[str]] = []  # the names sent by each reload call
 
     def collective_rpc(self, method: str, kwargs: dict[str, Any]) -> None:
         assert method == "reload_weights"
+        self.calls.append([])
         for name, tensor in kwargs["weights_iterator"]:
             self.pushed[name] = tensor.dtype
+            self.calls[-1].append(name)
 
     def apply_model(self, fn: Any) -> list[int]:
         return [0]
@@ -98,6 +101,7 @@ def test_vllm_is_built_in_the_engine_dtype_and_the_push_casts_to_it(
 ):
     engine = VLLMGenerationEngine(dtype=setting)
     policy = _policy(policy_dtype)
+    policy[0].weight.requires_grad_(False)  # a frozen part: the push tests what changed
     llm = engine._awake_llm(policy)  # creates the (fake) engine and pushes every weight
     assert llm.kwargs["dtype"] == str(served).removeprefix("torch.")
     names = [n for n, _ in policy.named_parameters()]
@@ -109,3 +113,35 @@ def test_vllm_is_built_in_the_engine_dtype_and_the_push_casts_to_it(
         policy[1].bias.add_(1.0)
     engine.sync_weights(policy)  # only the changed block, cast again
     assert llm.pushed == {"1.weight": served, "1.bias": served}
+
+
+@pytest.mark.parametrize("bucket_bytes", [0, 48, 512 << 20])
+def test_a_full_update_pushes_every_weight_in_buckets_without_a_copy(fake_vllm, bucket_bytes):
+    """Every weight trained: each push sends all of them (no change test, no copy), one reload
+    call per bucket of whole blocks; ``push_bucket_bytes=0`` is the former change-tested push."""
+    engine = VLLMGenerationEngine(dtype="bfloat16", push_bucket_bytes=bucket_bytes)
+    policy = _policy(torch.float32)  # blocks "0" (40 bytes in bf16) and "1" (20 bytes)
+    llm = engine._awake_llm(policy)
+    with torch.no_grad():
+        policy[1].bias.add_(1.0)
+    llm.calls.clear()
+    engine.sync_weights(policy)
+    if bucket_bytes == 0:
+        assert llm.calls == [["1.weight", "1.bias"]]  # the changed block only
+        assert set(engine.snapshot.tensors) == {"0.weight", "0.bias", "1.weight", "1.bias"}
+    else:
+        every = ["0.weight", "0.bias", "1.weight", "1.bias"]
+        assert llm.calls == ([every[:2], every[2:]] if bucket_bytes == 48 else [every])
+        assert engine.snapshot.tensors == {}
+    sent = sum(len(c) for c in llm.calls)
+    assert (engine.last_sync_tensors, engine.last_sync_buckets) == (sent, len(llm.calls))
+    sizes = {"0.weight": 16, "0.bias": 4, "1.weight": 8, "1.bias": 2}
+    assert engine.last_sync_bytes == 2 * sum(sizes[n] for c in llm.calls for n in c)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_a_bad_push_bucket_bytes_is_refused(value, error):
+    with pytest.raises(error, match=r"push_bucket_bytes .* Fix: "):
+        VLLMGenerationEngine(push_bucket_bytes=value)
