@@ -70,6 +70,7 @@ def engine():
         enforce_eager=True,
         kv_cache_memory_bytes=64 << 20,
         max_model_len=256,
+        push_bucket_bytes=1 << 20,  # ~580 KiB per decoder block: a push takes several calls
     )
 
 
@@ -175,13 +176,33 @@ def test_sync_weights_serves_the_updated_policy_and_skipping_it_is_detected(
 
     engine.sync_weights(policy)
     n_params = len(list(policy.parameters()))
-    assert engine.last_sync_tensors == n_params  # an optimizer step moves every tensor
+    assert engine.last_sync_tensors == n_params  # full fine-tuning: every tensor, no diff
+    assert engine.last_sync_buckets > 1 and engine.snapshot.tensors == {}  # several calls
     fresh = engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
     assert torch.equal(fresh.response_ids, ref.response_ids)
     assert max_diff(fresh.log_probs, ref.log_probs, fresh.response_mask) < LOGPROB_TOL
 
-    engine.sync_weights(policy)
-    assert engine.last_sync_tensors == 0  # nothing changed since
+
+def test_the_reference_push_sends_only_what_changed(engine, policy, tokenizer, batch):
+    """``push_bucket_bytes=0``: the per-parameter push against a full copy, in one call."""
+    engine.push_bucket_bytes = 0
+    try:
+        engine.sync_weights(policy)  # the copy is made: everything sent once more
+        assert engine.last_sync_tensors == len(list(policy.parameters()))
+        engine.sync_weights(policy)
+        assert engine.last_sync_tensors == 0  # nothing changed since
+        optimizer_step(policy, batch)
+        engine.sync_weights(policy)
+        assert (engine.last_sync_tensors, engine.last_sync_buckets) == (
+            len(engine.snapshot.tensors),
+            1,
+        )
+        out = engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
+        ref = hf_greedy(policy, batch, tokenizer)
+        assert torch.equal(out.response_ids, ref.response_ids)
+        assert max_diff(out.log_probs, ref.log_probs, out.response_mask) < LOGPROB_TOL
+    finally:
+        engine.push_bucket_bytes = 1 << 20
 
 
 @pytest.mark.parametrize(
@@ -195,10 +216,16 @@ def test_sync_weights_serves_the_updated_policy_and_skipping_it_is_detected(
     ],
 )
 def test_partial_sync_of_one_tensor(engine, policy, tokenizer, batch, name, sent):
-    with torch.no_grad():
-        param = policy.get_parameter(name)
-        param.add_(torch.randn_like(param) * 0.2)
-    engine.sync_weights(policy)
+    # a frozen weight: not a full update, so the bucketed push tests what changed
+    frozen = policy.get_parameter("model.layers.0.input_layernorm.weight").requires_grad_(False)
+    try:
+        engine.sync_weights(policy)  # the copy is made (everything sent)
+        with torch.no_grad():
+            param = policy.get_parameter(name)
+            param.add_(torch.randn_like(param) * 0.2)
+        engine.sync_weights(policy)
+    finally:
+        frozen.requires_grad_(True)
     ref = hf_greedy(policy, batch, tokenizer)
     out = engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
     assert max_diff(out.log_probs, ref.log_probs, out.response_mask) < LOGPROB_TOL
