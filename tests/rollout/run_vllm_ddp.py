@@ -1,6 +1,7 @@
 """``python -m tests.rollout.run_vllm_ddp OUT [CLI ARGS...]``: ``lit-rlhf fit`` of the tiny vLLM
-config under the DDP fragment, then, on every rank, greedy output of that rank's vLLM engine
-against transformers on the trained policy; each rank writes ``OUT.rank<r>.json``.
+config under the DDP fragment (or what CLI ARGS compose after it, e.g. the CPU ZeRO-3 fragment),
+then, on every rank, greedy output of that rank's vLLM engine against transformers on the trained
+policy; each rank writes ``OUT.rank<r>.json``.
 
 Run from the repository root: Lightning's ddp launcher re-runs this command line for rank 1.
 """
@@ -16,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from lit_rlhf.cli import cli_main
+from lit_rlhf.models.partitioned import gathered
 from lit_rlhf.rollout import HFGenerationEngine
 from lit_rlhf.strategies import shutdown_distributed
 
@@ -45,12 +47,15 @@ def main(out: str, extra: list[str]) -> None:
     ref = hf.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
     got = engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
     diff = (got.log_probs - ref.log_probs)[got.response_mask].abs().max()
-    weights = torch.cat([p.detach().flatten() for p in policy.parameters()])
+    with gathered(*policy.parameters()):  # ZeRO-3: full-size (a collective), else a no-op
+        weights = torch.cat([p.detach().flatten() for p in policy.parameters()])
     result = {
         "rank": dist.get_rank(),
         "world_size": dist.get_world_size(),
         "rollout_step": module.rollout_step,
         "last_sync_tensors": engine.last_sync_tensors,
+        "last_sync_buckets": engine.last_sync_buckets,
+        "partitioned": hasattr(next(policy.parameters()), "ds_id"),
         "n_params": len(list(policy.parameters())),
         "tokens_equal": bool(torch.equal(got.response_ids, ref.response_ids)),
         "max_log_prob_diff": float(diff),
