@@ -116,6 +116,12 @@ class RolloutSettings(SettingsGroup):
         max_staleness: 0: on-policy. k >= 1: one-step-off training: batch t + k is generated in
             a background thread while the update on batch t runs (AReaL's decoupled PPO, arXiv
             2505.24298; docs/agents.md); the first k steps only generate.
+        partial_rollouts: with ``max_staleness`` k >= 1 and an engine that keeps its requests
+            across a weight push (``supports_partial_rollouts``): the engine is given the new
+            weights after every update without waiting for the generations in flight, which
+            finish with tokens of two or more weight versions (each token tagged with the version
+            that sampled it); a sample whose oldest token is more than k updates old is left out
+            of the update (``rollout/stale_dropped``).
         dynamic_sampling: DAPO's dynamic sampling: keep only groups whose rewards differ and draw
             further prompt batches until the update holds one batch's number of groups.
         dynamic_sampling_max_rounds: batches drawn in a row without filling that stop the run.
@@ -130,6 +136,7 @@ class RolloutSettings(SettingsGroup):
 
     samples_per_prompt: int = 4
     max_staleness: int = 0
+    partial_rollouts: bool = False
     dynamic_sampling: bool = False
     dynamic_sampling_max_rounds: int = 10
     overlong_filter: bool = False
@@ -151,6 +158,13 @@ class RolloutSettings(SettingsGroup):
         ]  # fmt: skip
 
     def check(self) -> None:
+        if self.partial_rollouts and self.max_staleness < 1:
+            raise ValueError(
+                "rollout.partial_rollouts generates beside the update and pushes new weights "
+                "into requests in flight, which needs rollout.max_staleness >= 1 (got "
+                f"{self.max_staleness}). Fix: set rollout.max_staleness: 1 (or more), or "
+                "rollout.partial_rollouts: false."
+            )
         if self.dynamic_sampling and self.samples_per_prompt < 2:
             raise ValueError(
                 "rollout.dynamic_sampling keeps groups whose rewards differ, and a group of "

@@ -43,6 +43,8 @@ def select_rows(rollout: Rollout, index: Tensor) -> Rollout:
         "scores": rollout.scores[index],
         "reward_info": {k: v[index] for k, v in rollout.reward_info.items()},
         "term_stats": dict(rollout.term_stats),
+        "weight_version": rollout.weight_version,
+        "token_versions": None if rollout.token_versions is None else rollout.token_versions[index],
     }
     for name in _ROW_FIELDS:
         values = getattr(rollout, name)
@@ -60,13 +62,16 @@ def _pad(tensors: list[Tensor], value: Any, *, left: bool) -> Tensor:
 
 
 def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
-    """One rollout of ``parts`` (prompts re-padded on the left, responses on the right); group
-    ids are renumbered so that groups of different parts never share an id."""
+    """One rollout of ``parts`` (prompts re-padded on the left, responses on the right, token
+    versions with -1); group ids are renumbered so that groups of different parts never share
+    an id; its weight version is the oldest part's (None if a part has none)."""
     offset, groups = 0, []
     for part in parts:
         groups.append(part.group_ids - part.group_ids.min() + offset)
         offset = int(groups[-1].max()) + 1 if len(part) else offset
     logps = [p.sample_log_probs for p in parts]
+    tags = [p.token_versions for p in parts]
+    versions = [p.weight_version for p in parts]
     keys = set.intersection(*(set(p.reward_info) for p in parts))
     merged: dict[str, Any] = {
         "prompt_ids": _pad([p.prompt_ids for p in parts], pad_id, left=True),
@@ -80,6 +85,10 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
         "scores": torch.cat([p.scores for p in parts]),
         "reward_info": {k: torch.cat([p.reward_info[k] for p in parts]) for k in sorted(keys)},
         "term_stats": dict(parts[-1].term_stats),
+        "weight_version": None if None in versions else min(versions),  # type: ignore[type-var]
+        "token_versions": None
+        if any(x is None for x in tags)
+        else _pad([x for x in tags if x is not None], -1, left=False),
     }
     for name in _ROW_FIELDS:
         merged[name] = [x for p in parts for x in getattr(p, name)]

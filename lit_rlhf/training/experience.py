@@ -44,16 +44,15 @@ def build_experience(
     ref_policy: nn.Module | None = None,
     use_current_as_old: bool = False,
     reference_mode: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    left_out: Tensor | None = None,
 ) -> Experience:
-    """Everything the update reads, computed once per rollout.
-
-    ``use_current_as_old``: the rollout gets one update, whose own detached log-probs are the old
-    ones; if the engine returned none they are written into the experience during that update
+    """Everything the update reads, computed once per rollout. ``use_current_as_old``: the
+    rollout gets one update, whose own detached log-probs are the old ones; if the engine
+    returned none they are written into the experience during that update
     (``Experience.old_from_update``). Otherwise the engine's log-probs are used, or recomputed
-    with a forward pass when ``update.recompute_old_log_probs``. ``reference_mode``: the
-    context the reference forward runs in (under LoRA ``ref_policy`` is the policy itself and
-    this switches its adapters off).
-    """
+    with a forward pass when ``update.recompute_old_log_probs``. ``reference_mode``: the context
+    the reference forward runs in (under LoRA ``ref_policy`` is the policy itself and this
+    switches its adapters off). ``left_out`` [B] bool: samples dropped as failed ones are."""
     budget = settings.packed  # packed forwards of this many tokens (None: padded)
     old = rollout.sample_log_probs
     value_head = critic is not None and settings.value_head
@@ -77,7 +76,7 @@ def build_experience(
             "none. Fix: call generate(..., log_probs=True) or set recompute_old_log_probs."
         )
     kl_reward = kl_coef if settings.kl_in_reward else 0.0
-    kept = kept_samples(rollout, settings.advantage.estimator)  # failed rewards leave the update
+    kept = kept_samples(rollout, settings.advantage.estimator, left_out)  # failed, left out
     compute = partial(compute_advantages, settings=settings, kl_coef=kl_reward)
     advantages, returns = kept_advantages(
         kept, compute, rollout, old_log_probs=old, ref_log_probs=ref, values=values

@@ -68,6 +68,7 @@ class _Episode:
     ids: list[int] = field(default_factory=list)
     agent: list[bool] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # -1: not tagged, environment tokens
     turn_ends: list[int] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
     done: bool = False
@@ -156,11 +157,13 @@ class MultiTurnRollout:
             n = int(out.response_mask[i].sum())
             tokens = out.response_ids[i, :n].tolist()
             logps = out.log_probs[i, :n].tolist() if out.log_probs is not None else [0.0] * n
+            tags = [-1] * n if out.token_versions is None else out.token_versions[i, :n].tolist()
             keep = min(n, self._turn_budget(ep))
             tokens, logps = tokens[:keep], logps[:keep]
             ep.ids += tokens
             ep.agent += [True] * keep
             ep.log_probs += logps
+            ep.versions += tags[:keep]
             ep.turn_ends.append(len(ep.ids) - 1)
             ep.turn_rewards.append(0.0)
             if not tokens or tokens[-1] not in eos:  # the turn did not end: a budget cut it
@@ -198,6 +201,7 @@ class MultiTurnRollout:
         ep.ids += obs_ids
         ep.agent += [False] * len(obs_ids)
         ep.log_probs += [0.0] * len(obs_ids)
+        ep.versions += [-1] * len(obs_ids)
 
     def render(self, tokenizer: Any, observation: str) -> str:
         """The environment turn's text after the agent's end-of-sequence token: the chat
@@ -244,6 +248,7 @@ class MultiTurnRollout:
         mask = torch.arange(width, device=device)[None, :] < lengths[:, None]
         agent = torch.tensor([padded(ep.agent, False) for ep in episodes], device=device)
         logps = torch.tensor([padded(ep.log_probs, 0.0) for ep in episodes], device=device)
+        tags = torch.tensor([padded(ep.versions, -1) for ep in episodes], device=device)
         ends = [ep.turn_ends + [-1] * (k - len(ep.turn_ends)) for ep in episodes]
         rewards = [ep.turn_rewards + [0.0] * (k - len(ep.turn_rewards)) for ep in episodes]
         cut = torch.tensor([ep.cut for ep in episodes], device=device)
@@ -257,7 +262,9 @@ class MultiTurnRollout:
             "env/tool_calls": torch.tensor([float(ep.tool_calls > 0) for ep in episodes]).mean(),
         }
         return MultiTurnOutput(
-            generation=GenerationOutput(ids, mask, logps.float() if log_probs else None),
+            generation=GenerationOutput(  # token versions: the agent's tokens, if tagged
+                ids, mask, logps.float() if log_probs else None, tags if (tags >= 0).any() else None
+            ),
             agent_mask=agent & mask,
             turn_ends=torch.tensor(ends, device=device),
             turn_rewards=torch.tensor(rewards, device=device, dtype=torch.float32),

@@ -26,7 +26,8 @@ as the on-policy path does; the update draws none unless the trained network has
 run is bitwise reproducible without dropout. Logged: ``rollout/staleness`` (updates between the
 sampling weights and the update), ``time/generate_s``, ``time/update_s``, ``time/wait_s`` (the
 main thread waiting for the worker) and ``rollout/overlap`` (the share of the generation that
-ran while the update did).
+ran while the update did). With ``rollout.partial_rollouts`` the engine is given the new weights
+without waiting for the worker (:mod:`lit_rlhf.training.partial`).
 """
 
 from __future__ import annotations
@@ -133,9 +134,8 @@ class OverlappedRollouts:
         rollout to update on (None while the queue fills); on exit wait for the worker, queue
         its scored rollout and sync the engine to the new weights."""
         model = self._weights(policy, engine)
-        pool = self._pool = self._pool or ThreadPoolExecutor(1, "lit-rlhf-rollout")
-        future = pool.submit(_timed, generate, model)
-        if serves_own_weights(engine) and getattr(engine, "llm", True) is None:
+        future = self._executor().submit(timed, generate, model)
+        if first_use(engine):
             wait_for([future])  # built on first use from the policy: not beside an update
         ready = self.queue.pop(0) if len(self.queue) >= self.max_staleness else None
         if ready is not None and ready.weight_version is not None:
@@ -159,6 +159,16 @@ class OverlappedRollouts:
             "time/wait_s": torch.tensor(max(0.0, gen_end - update_end)),
             "rollout/overlap": torch.tensor(hidden / max(gen_end - gen_start, 1e-9)),
         }
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """The worker thread (one: generations run one after another)."""
+        self._pool = self._pool or ThreadPoolExecutor(1, "lit-rlhf-rollout")
+        return self._pool
+
+    def left_out(self, rollout: Rollout, version: int) -> Tensor | None:
+        """[B] bool: samples left out of the update at weight ``version`` for their staleness;
+        None here (each batch is taken exactly k updates after its weights)."""
+        return None
 
     def _weights(self, policy: nn.Module, engine: Any) -> nn.Module:
         """What the worker generates from: the policy itself for an engine serving its own
@@ -201,7 +211,17 @@ class OverlappedRollouts:
             self._pool = None
 
 
-def _timed(generate: Generate, model: nn.Module) -> tuple[GenerationOutput, float, float]:
+def first_use(engine: Any) -> bool:
+    """Whether the engine serves its own weights and its next generate builds or starts it from
+    the policy (``llm`` None: vLLM built on first use; ``started`` False: servers preflighted
+    and given the full weights): that generate must not run beside an update."""
+    if not serves_own_weights(engine):
+        return False
+    return getattr(engine, "llm", True) is None or getattr(engine, "started", True) is False
+
+
+def timed(generate: Generate, model: nn.Module) -> tuple[GenerationOutput, float, float]:
+    """``generate(model)`` with its start and end (``time.perf_counter``)."""
     start = time.perf_counter()
     out = generate(model)
     return out, start, time.perf_counter()
@@ -220,4 +240,10 @@ def unused_queue_warning(state: dict[str, Any]) -> None:
         )
 
 
-__all__ = ["OverlappedRollouts", "serves_own_weights", "unused_queue_warning"]
+__all__ = [
+    "OverlappedRollouts",
+    "first_use",
+    "serves_own_weights",
+    "timed",
+    "unused_queue_warning",
+]

@@ -28,7 +28,8 @@ from lit_rlhf.training.dynamic_sampling import DynamicSampler
 from lit_rlhf.training.experience import build_experience, experience_stats
 from lit_rlhf.training.frozen import FrozenModules, drop_frozen_weights, restore_frozen_weights
 from lit_rlhf.training.optimization import OptimizerStep
-from lit_rlhf.training.overlap import OverlappedRollouts, unused_queue_warning
+from lit_rlhf.training.overlap import unused_queue_warning
+from lit_rlhf.training.partial import make_overlap
 from lit_rlhf.training.ppo_update import PPOUpdate
 from lit_rlhf.training.protocols import policy_loss_terms
 from lit_rlhf.training.reward_mask import nothing_to_update
@@ -76,7 +77,7 @@ class PolicyStep:
             else None
         )
         self.norm_length = settings.norm_length(collector.engine)
-        self.overlap = OverlappedRollouts(k) if k > 0 else None
+        self.overlap = make_overlap(k, rollout.partial_rollouts)
         self._overlapping = False  # the engine's weight sync waits for the worker
         self.overlong_buffer = rollout.overlong_buffer
         self.overlong_factor = rollout.overlong_penalty_factor
@@ -137,8 +138,8 @@ class PolicyStep:
     def overlapped(self, module: Any, batch: dict[str, Any]) -> Iterator[Rollout | None]:
         """One-step-off (``max_staleness`` k > 0): ``batch`` is generated in the background
         while the body updates on the yielded rollout, the one generated k steps ago (None while
-        the queue fills); on exit the new rollout is scored and queued and the engine serves the
-        updated weights (:mod:`lit_rlhf.training.overlap`)."""
+        the queue fills); then the engine serves the updated weights (:mod:`.overlap`; with
+        ``partial_rollouts`` without waiting for the generations in flight, :mod:`.partial`)."""
         assert self.overlap is not None
         g = self.samples_per_prompt
         collector, tokenizer = self.collector, module.tokenizer
@@ -204,8 +205,10 @@ class PolicyStep:
     def prepare(self, module: Any, rollout: Rollout) -> Experience:
         """Old log-probs, reference log-probs, values and advantages for the whole rollout;
         with ``overlong_filter`` the truncated responses are left out of the loss, and so are
-        multi-turn episodes a token budget cut (unless ``budget_penalty`` scores them)."""
+        multi-turn episodes a token budget cut (unless ``budget_penalty`` scores them); with
+        partial rollouts, samples staler than ``max_staleness`` leave the update."""
         ref_policy, reference_mode = self.reference(module)
+        stale = self.overlap.left_out(rollout, module.rollout_step) if self.overlap else None
         experience = build_experience(
             rollout,
             policy=module.policy,
@@ -216,6 +219,7 @@ class PolicyStep:
             ref_policy=ref_policy,
             use_current_as_old=self.settings.single_update(len(rollout)),
             reference_mode=reference_mode,
+            left_out=stale,
         )
         if self.overlong_filter:
             experience.loss_mask = ~self.truncated(module, rollout)

@@ -39,10 +39,13 @@ MASKED_KEY = "fault/reward_masked"
 Advantages = tuple[Tensor, Tensor | None]
 
 
-def kept_samples(rollout: Rollout, estimator: str) -> Tensor | None:
+def kept_samples(rollout: Rollout, estimator: str, left_out: Tensor | None = None) -> Tensor | None:
     """[B] bool on the rollout's device: the samples the advantages and the loss keep; None when
-    no reward failed (every sample is kept)."""
+    no reward failed and nothing is ``left_out`` ([B] bool, samples dropped as failed ones are:
+    partial rollouts' too stale samples, :mod:`lit_rlhf.training.partial`)."""
     failed = failed_samples(rollout.reward_info, len(rollout)).to(rollout.group_ids.device)
+    if left_out is not None:
+        failed = failed | left_out.to(failed.device)
     if not bool(failed.any()):
         return None
     keep = ~failed
@@ -115,8 +118,9 @@ def nothing_to_update(experience: Experience, step: int) -> dict[str, Tensor] | 
     if _anywhere(kept is None or bool(kept.any())):
         return None
     warnings.warn(
-        f"rollout step {step}: the reward failed on every sample, or left no group with two "
-        f"scored samples ({len(experience)} samples, GuardedReward on_error=mask): no update "
+        f"rollout step {step}: the reward failed on every sample (or it was too stale), or left "
+        f"no group with two scored samples ({len(experience)} samples, GuardedReward "
+        "on_error=mask, rollout.partial_rollouts): no update "
         f"this step ({EMPTY_UPDATE_KEY} = 1)",
         RuntimeWarning,
         stacklevel=2,

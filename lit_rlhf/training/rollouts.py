@@ -191,6 +191,7 @@ class RolloutCollector:
             responses=responses,
             scores=scores,
             reward_info=info,
+            token_versions=out.token_versions,
         )
 
     def score(
