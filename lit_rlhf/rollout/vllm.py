@@ -241,7 +241,8 @@ class VLLMGenerationEngine:
 
     # ------------------------------------------------------------------ weight sync
     def sync_weights(self, model: nn.Module) -> None:
-        """Push the tensors of ``model`` that changed since the last push into vLLM."""
+        """Push ``model``'s weights into vLLM: all of them under full fine-tuning, else the
+        blocks that changed since the last push."""
         if self.llm is None:
             return  # created on the first generate, from the weights of that moment
         if self._asleep:
