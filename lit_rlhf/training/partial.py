@@ -93,6 +93,7 @@ class PartialRollouts(OverlappedRollouts):
         super().__init__(max_staleness)
         self.pending: list[Pending] = []
         self._updates: list[tuple[float, float]] = []  # recent updates' spans
+        self._labelled = False  # this run has pushed (or will push) weights with its labels
 
     def check(self, trainer: Any, engine: Any) -> None:
         """At setup: the engine must keep requests across a weight push, then the checks of
@@ -116,8 +117,13 @@ class PartialRollouts(OverlappedRollouts):
         """Submit ``generate`` (weights labelled ``version``); yield the oldest pending
         generation, finished and scored, once more than k are pending (else None); on exit push
         the updated weights, labelled ``version + 1`` after an update (the module counts one
-        per yielded rollout), without waiting for the generations in flight."""
+        per yielded rollout), without waiting for the generations in flight. The first step of
+        a run resumed at ``version`` > 0 whose engine is already started (by validation) pushes
+        the weights again first, so its tokens carry this run's labels."""
         engine.weight_version = version
+        if not self._labelled and version > 0 and not first_use(engine):
+            engine.sync_weights(policy)  # resumed, engine started (validation) with label 0
+        self._labelled = True
         future = self._executor().submit(timed, generate, policy)
         self.pending.append(Pending(future, score, version))
         waited = 0.0

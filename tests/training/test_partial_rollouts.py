@@ -17,13 +17,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lit_rlhf.envs import CountdownCalculatorEnv
+from lit_rlhf.models import load_causal_lm, load_tokenizer
+from lit_rlhf.settings import EnvironmentSettings
+from lit_rlhf.training.dynamic_sampling import concat_rollouts, select_rows
+from lit_rlhf.training.multiturn import MultiTurnRollout
 from lit_rlhf.training.partial import PartialRollouts, sample_staleness, staleness_stats
-from lit_rlhf.training.reward_mask import kept_samples
+from lit_rlhf.training.reward_mask import kept_samples, rollout_rows
+from lit_rlhf.training.rollouts import RolloutCollector
 from lit_rlhf.types import Rollout
-from tests.helpers import prompt_loader, quiet_trainer
+from tests.helpers import ConstantReward, prompt_loader, quiet_trainer
 from tests.modules.test_ppo import PROMPTS, make_module
 from tests.modules.test_ppo_off_policy import LoggedMetrics, _record_updates
 from tests.training.partial_engine import ChunkedServingEngine
+from tests.training.test_multiturn_tokens import ScriptedEngine, _batch
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTIAL = {"max_staleness": 1, "partial_rollouts": True}
@@ -206,3 +213,60 @@ def test_a_ppo_run_with_partial_rollouts_through_the_cli(tmp_path):
         assert 0.0 <= float(row["rollout/mixed_version_frac"]) <= 1.0
     synced = [row for row in rows if row.get("time/sync_s")]
     assert len(synced) == 3 and all(float(row["time/wait_s"]) >= 0 for row in synced)
+
+
+def test_token_versions_are_carried_by_the_collector_and_the_rollout_helpers():
+    tokenizer = load_tokenizer("builtin:tiny-llama")
+
+    class Tagging(ScriptedEngine):  # tags call c's tokens with version 10 + c
+        def generate(self, *args, **kwargs):
+            out = super().generate(*args, **kwargs)
+            out.token_versions = torch.full_like(out.response_ids, 10 + len(self.inputs) - 1)
+            out.token_versions = out.token_versions.masked_fill(~out.response_mask, -1)
+            return out
+
+    eos = tokenizer.eos_token_id
+    turn1 = [*tokenizer("<tool>calculator: 3*(4+5)</tool>", add_special_tokens=False)[
+        "input_ids"], eos]  # fmt: skip
+    turn2 = [*tokenizer("<answer>3*(4+5)</answer>", add_special_tokens=False)["input_ids"], eos]
+    policy = load_causal_lm("builtin:tiny-llama")
+    loop = MultiTurnRollout(CountdownCalculatorEnv(), EnvironmentSettings(max_turns=3))
+    collector = RolloutCollector(Tagging([[turn1], [turn2]]), ConstantReward(1.0), multiturn=loop)
+    episode = collector.collect(policy, tokenizer, _batch(tokenizer), samples_per_prompt=1)
+    tags, agent = episode.token_versions[0], episode.agent_mask[0]
+    n1, n = len(turn1), int(episode.response_mask[0].sum())
+    assert tags[:n1].tolist() == [10] * n1 and tags[n - len(turn2) : n].eq(11).all()
+    assert tags[~agent].eq(-1).all()  # the environment's tokens and the padding: untagged
+    single = RolloutCollector(Tagging([[turn2] * 4]), ConstantReward(1.0))
+    rollout = single.collect(policy, tokenizer, _batch(tokenizer, 2), samples_per_prompt=2)
+    assert rollout.token_versions.shape == rollout.response_ids.shape
+    assert rollout.token_versions[rollout.response_mask].eq(10).all()
+    rollout.weight_version = 10
+    part = select_rows(rollout, torch.tensor([3, 0]))
+    assert torch.equal(part.token_versions, rollout.token_versions[[3, 0]])
+    part.token_versions = part.token_versions[:, :2]
+    part.response_ids, part.response_mask = part.response_ids[:, :2], part.response_mask[:, :2]
+    part.weight_version = 9
+    merged = concat_rollouts([rollout, part], pad_id=0)
+    assert merged.weight_version == 9 and merged.token_versions[4:, 2:].eq(-1).all()
+    assert torch.equal(merged.token_versions[:4], rollout.token_versions)
+    picked = rollout_rows(rollout, torch.tensor([1]))
+    assert torch.equal(picked.token_versions, rollout.token_versions[[1]])
+
+
+def test_a_resumed_run_relabels_an_engine_that_validation_started():
+    """Validation before the first step of a run resumed at version 3 started the engine (label
+    0): the first step pushes the weights again, labelled 3, before it submits."""
+    policy = load_causal_lm("builtin:tiny-llama")
+    engine = ChunkedServingEngine(max_new_tokens=4)
+    engine.generate(policy, torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2), _Tok())
+    overlap = PartialRollouts(1)
+    with overlap.step(policy, engine, 3, lambda model: engine.served_version, None) as ready:
+        assert ready is None  # the queue fills
+    assert [label for label, _ in engine.pushes] == [0, 3, 3]  # started, relabelled, the step's
+    assert overlap.pending[0].future.result()[0] == 3  # generated under the relabelled weights
+    overlap.close()
+
+
+class _Tok:
+    pad_token_id, eos_token_id = 0, 1
