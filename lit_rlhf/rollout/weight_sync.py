@@ -152,7 +152,10 @@ def weight_buckets(
     is being done (for timeout messages).
     """
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
-        raise ValueError(f"budget_bytes must be an int >= 0, got {budget_bytes!r}")
+        raise ValueError(
+            f"budget_bytes must be an int >= 0, got {budget_bytes!r}. Fix: a bucket size in "
+            "bytes (0: one block per bucket)."
+        )
     phase = on_phase or (lambda _: None)
     target = None if device is None else torch.device(device)
     pending: list[Block] = []  # changed blocks copied out, not yet yielded (with a snapshot)
@@ -198,7 +201,9 @@ def _blocks(named: Iterable[tuple[str, Tensor]]) -> Iterator[Block]:
             if key in seen:
                 raise ValueError(
                     f"the tensors of {key!r} are not consecutive in the model's parameters, so "
-                    "a bucketed push would split that block. Fix: push_bucket_bytes: 0."
+                    "a bucketed push would split that block. Fix: register the block's "
+                    "parameters together, or push unbucketed (VLLMGenerationEngine "
+                    "push_bucket_bytes: 0)."
                 )
             seen.add(key)
         block.append((name, tensor))
