@@ -18,16 +18,16 @@ trainer sets ``engine.weight_version`` before each push).
    decoupled PPO objective (the mismatch correction ``tis``, the engine's per-token log-probs
    as mu, is what makes mixed-version samples correct: each token is weighted by the proximal
    policy over the weights that actually sampled it).
-3. After the update, ``engine.weight_version = v + 1`` and ``engine.sync_weights(policy)`` (its
-   duration is ``time/sync_s``); the generations in flight are not waited for and continue
-   with the new weights.
+3. After the update, ``engine.weight_version = v + 1`` (v in the steps that only fill the queue)
+   and ``engine.sync_weights(policy)`` (its duration is ``time/sync_s``); the generations in
+   flight are not waited for and continue with the new weights.
 
 Each sample's staleness is the version being updated minus the oldest version among its sampled
 tokens (the submission version when the engine tags none). The bound holds per sample: a sample
 more than k updates stale is left out of the update like a sample whose reward failed
-(:mod:`lit_rlhf.training.reward_mask`; a group left with one sample goes with it). As each batch
-is submitted at the version of its step and taken k steps later, this happens only when the
-engine's labels lag or a checkpoint's queue is resumed with a smaller k.
+(:mod:`lit_rlhf.training.reward_mask`; a group left with one sample goes with it). Each batch is
+submitted at the version of its step and taken k steps later, so with tokens labelled as above
+no sample exceeds k: the bound guards against an engine whose labels lag the weights it serves.
 
 Logged: ``time/generate_s`` (the taken generation's duration), ``time/update_s``,
 ``time/wait_s``, ``time/sync_s``, ``rollout/overlap`` (the share of the taken generation that
