@@ -33,7 +33,7 @@ def test_a_lora_update_is_served_merged(tmp_path):
     batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
     engine = VLLMGenerationEngine(
         max_new_tokens=MAX_NEW, enforce_eager=True, kv_cache_memory_bytes=64 << 20,
-        max_model_len=256,
+        max_model_len=256, push_bucket_bytes=1 << 20,  # blocks of ~580 KiB: several calls
     )  # fmt: skip
     hf = HFGenerationEngine(max_new_tokens=MAX_NEW)
     try:
@@ -54,6 +54,9 @@ def test_a_lora_update_is_served_merged(tmp_path):
         assert all(p.abs().sum() > 0 for p in lora_b)  # the merged weights differ from the base
         assert before.response_ids.shape[0] == len(PROMPTS)
         assert torch.equal(out.response_ids, ref.response_ids)
-        assert engine.last_sync_tensors > 0
+        # only the blocks with adapters changed: the 9 tensors of each of the 2 decoder blocks,
+        # found against the served weights' copy in host memory
+        assert (engine.last_sync_tensors, engine.last_sync_buckets) == (18, 2)
+        assert {t.device.type for t in engine.snapshot.tensors.values()} == {"cpu"}
     finally:
         engine.close()
