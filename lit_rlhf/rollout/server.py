@@ -94,24 +94,7 @@ class VLLMServerEngine:
         api_key: str | None = None,
     ) -> None:
         check_sampling_args(max_new_tokens, temperature, top_p, top_k)
-        if isinstance(urls, str) or not urls or not all(isinstance(u, str) for u in urls):
-            raise ValueError(
-                f"urls must be a non-empty list of server URLs, got {urls!r}. Fix: urls: "
-                "[http://HOST:PORT, ...], one per `vllm serve` process (docs/scaling.md)"
-            )
-        if not all(u.startswith(("http://", "https://")) for u in urls):
-            raise ValueError(f"urls must start with http:// or https://, got {urls!r}")
-        if temperature > _MAX_SERVER_TEMPERATURE:
-            raise ValueError(
-                f"temperature={temperature}: vLLM's server refuses temperatures above 2. "
-                "Fix: temperature <= 2"
-            )
-        for name, value in (("request_timeout_s", request_timeout_s),
-                            ("sync_timeout_s", sync_timeout_s)):  # fmt: skip
-            if not 0 < value < float("inf"):
-                raise ValueError(f"{name} must be > 0 seconds, got {value}")
-        if push not in PUSH_BACKENDS:
-            raise ValueError(f"push={push!r} is not known. Fix: push: {' or '.join(PUSH_BACKENDS)}")
+        _check_settings(urls, temperature, request_timeout_s, sync_timeout_s, push)
         if not (isinstance(push_bucket_bytes, int) and push_bucket_bytes > 0):
             raise ValueError(f"push_bucket_bytes must be a positive int, got {push_bucket_bytes}")
         if not (isinstance(max_concurrency, int) and max_concurrency >= 1):
@@ -272,6 +255,31 @@ class VLLMServerEngine:
         self.pusher.close()
         for client in self.clients:
             client.close()
+
+
+def _check_settings(
+    urls: list[str], temperature: float, request_timeout_s: float, sync_timeout_s: float,
+    push: str,
+) -> None:  # fmt: skip
+    """Refuse server settings that cannot work, naming the fix."""
+    if isinstance(urls, str) or not urls or not all(isinstance(u, str) for u in urls):
+        raise ValueError(
+            f"urls must be a non-empty list of server URLs, got {urls!r}. Fix: urls: "
+            "[http://HOST:PORT, ...], one per `vllm serve` process (docs/scaling.md)"
+        )
+    if not all(u.startswith(("http://", "https://")) for u in urls):
+        raise ValueError(f"urls must start with http:// or https://, got {urls!r}")
+    if temperature > _MAX_SERVER_TEMPERATURE:
+        raise ValueError(
+            f"temperature={temperature}: vLLM's server refuses temperatures above 2. "
+            "Fix: temperature <= 2"
+        )
+    for name, value in (("request_timeout_s", request_timeout_s),
+                        ("sync_timeout_s", sync_timeout_s)):  # fmt: skip
+        if not 0 < value < float("inf"):
+            raise ValueError(f"{name} must be > 0 seconds, got {value}")
+    if push not in PUSH_BACKENDS:
+        raise ValueError(f"push={push!r} is not known. Fix: push: {' or '.join(PUSH_BACKENDS)}")
 
 
 def preflight(client: ServerClient, model: str | None) -> str:
