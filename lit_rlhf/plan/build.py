@@ -133,7 +133,12 @@ def add_engine(ctx: Context, policy: Architecture, policy_params: int, dtype: st
     note = how + ("; level-1 sleep frees it in the update" if sleep else "; no sleep mode")
     ctx.add(Item("vLLM: weights + KV cache", reserved, "rollout" if sleep else "both", "engine",
                  note))  # fmt: skip
-    on_cpu = str(args.get("snapshot_device") or "").lower() == "cpu"
+    lora = int(cfg.group(ctx.config, "lora").get("rank") or 0) > 0
+    if not lora and args.get("push_bucket_bytes", 1) != 0:  # the bucketed push of every weight
+        note = "full fine-tuning: the bucketed push sends every weight, no copy kept"
+        ctx.add(Item("weight-sync snapshot (none)", 0, "both", "snapshot", note))
+        return
+    on_cpu = str(args.get("snapshot_device", "cpu") or "").lower() == "cpu"
     size = weight_bytes(ctx, dtype)
     snapshot = 0 if on_cpu else counts(policy).total * size
     ctx.add(Item(f"weight-sync snapshot ({'cpu' if on_cpu else f'{size * 8}-bit'})", snapshot,

@@ -117,7 +117,8 @@ def test_math_tre_fits_one_gpu_with_the_fix_and_two_sequences_per_micro_batch() 
 def test_countdown_tre_without_the_fix_holds_a_float32_snapshot_and_vllm_in_the_update() -> None:
     config = composed("countdown_tre")
     args = engine_args(config)
-    args.update(snapshot_device=None, enable_sleep_mode=False)  # as the issue found it (N2)
+    # as the issue found it (N2), with the push of then (a full copy to find what changed)
+    args.update(snapshot_device=None, enable_sleep_mode=False, push_bucket_bytes=0)
     plan = preset_plan(config)
     snapshot = next(i for i in plan.items if i.kind == "snapshot")
     assert snapshot.bytes == 4 * 1_543_714_304 and snapshot.phase == "both"
@@ -133,7 +134,7 @@ def test_qwen3_8b_judges_are_refused_on_8_x_80_gb_with_the_snapshot_and_vllm_res
     """N3 as the issue found it: a full bf16 snapshot on every GPU and vLLM's 0.4 kept through
     the update, next to ZeRO-3 states (and ConsistRM's 4B embedder): refused at setup."""
     config = composed(preset)
-    engine_args(config).update(snapshot_device=None, enable_sleep_mode=False)
+    engine_args(config).update(snapshot_device=None, enable_sleep_mode=False, push_bucket_bytes=0)
     plan = preset_plan(config)
     assert plan.world == 8 and plan.strategy == "DeepSpeed ZeRO-3"
     assert plan.refused, format_plan(plan)
@@ -198,3 +199,15 @@ def test_every_gpu_preset_header_gives_the_plans_peak(preset: str) -> None:
     assert found, f"{path}: the header gives no 'lit-rlhf plan: <GiB>' figure"
     plan = preset_plan(composed(preset))
     assert float(found.group(1)) == round(plan.peak / GiB, 1), format_plan(plan)
+
+
+def test_full_fine_tuning_keeps_no_snapshot_with_the_bucketed_push() -> None:
+    """The bucketed push (the default) sends every weight of a fully trained policy, so no copy
+    is kept wherever ``snapshot_device`` says; LoRA keeps its copy."""
+    config = composed("countdown_tre")
+    engine_args(config).update(snapshot_device=None)
+    snapshot = next(i for i in preset_plan(config).items if i.kind == "snapshot")
+    assert (snapshot.name, snapshot.bytes) == ("weight-sync snapshot (none)", 0)
+    config["model"]["init_args"]["lora"] = {"rank": 8}
+    snapshot = next(i for i in preset_plan(config).items if i.kind == "snapshot")
+    assert snapshot.bytes == 4 * 1_543_714_304  # LoRA: the merged weights' float32 copy
