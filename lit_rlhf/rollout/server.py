@@ -229,6 +229,13 @@ class VLLMServerEngine:
                     print(f"lit-rlhf: aborted {aborted} requests left on {client.url}")
         self._push(model, full=True)
         self.started = True
+        if _rank() == 0:
+            print(
+                f"lit-rlhf: {len(self.clients)} vLLM server(s) serve weight version "
+                f"{self.weight_version} ({self.last_sync_bytes / 2**20:.1f} MiB pushed in "
+                f"{self.last_sync_s:.2f} s)",
+                flush=True,
+            )
 
     def sync_weights(self, model: nn.Module) -> None:
         """Push the policy's weights (labelled ``weight_version``) into every server; requests
@@ -302,7 +309,7 @@ def preflight(client: ServerClient, model: str | None) -> str:
             f"push needs it). Fix: start it with --worker-extension-cls {WORKER_EXTENSION} "
             "(lit-rlhf installed where the server runs)"
         )
-    if _reports_raw_log_probs(client):
+    if _reports_raw_log_probs(client, model or served[0]):
         raise ServerError(
             f"vLLM server {client.url} reports raw log-probs (before temperature). Fix: start it "
             "with --logprobs-mode processed_logprobs"
@@ -310,17 +317,20 @@ def preflight(client: ServerClient, model: str | None) -> str:
     return model or served[0]
 
 
-def _reports_raw_log_probs(client: ServerClient) -> bool:
-    """Sample one token of a fixed prompt at temperatures 1 and 0.5 with the same seed: raw
-    log-probs are the same for the same token, tempered ones differ."""
+def _reports_raw_log_probs(client: ServerClient, model: str) -> bool:
+    """Sample one token of a fixed prompt at temperatures 1 and 0.5 with the same seed (on the
+    OpenAI completions endpoint, so that the server's request log tells probes from rollouts):
+    raw log-probs are the same for the same token, tempered ones differ."""
     for seed in range(8):
         a, b = (
-            client.generate([1, 2, 3, 4], {"max_tokens": 1, "temperature": temperature,
-                            "seed": seed, "logprobs": 0, "ignore_eos": True, "detokenize": False})
+            client.call("POST", "/v1/completions", json={
+                "model": model, "prompt": [1, 2, 3, 4], "max_tokens": 1, "seed": seed,
+                "temperature": temperature, "logprobs": 0, "ignore_eos": True,
+            })["choices"][0]["logprobs"]
             for temperature in (1.0, 0.5)
         )  # fmt: skip
-        if a.token_ids == b.token_ids and a.log_probs and b.log_probs:
-            return abs(a.log_probs[0] - b.log_probs[0]) < 1e-6
+        if a["tokens"] == b["tokens"]:
+            return abs(a["token_logprobs"][0] - b["token_logprobs"][0]) < 1e-6
     return False
 
 
