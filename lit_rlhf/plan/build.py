@@ -102,6 +102,14 @@ def add_engine(ctx: Context, policy: Architecture, policy_params: int, dtype: st
     """vLLM's reservation and the weight-sync snapshot, or the HF engine's KV cache."""
     node = cfg.module_args(ctx.config).get("engine") or {}
     args, name = cfg.init_args(node), cfg.class_name(node)
+    if name == "VLLMServerEngine":  # generation on other GPUs: only the push's buckets here
+        nccl = str(args.get("push") or "disk") == "nccl"
+        bucket = int(args.get("push_bucket_bytes") or 512 << 20) if nccl else 0
+        ctx.add(Item("push buckets (VLLMServerEngine)", bucket, "both", "snapshot",
+                     "push: nccl: one bucket on the GPU while it is broadcast" if nccl else
+                     "generation runs in the vllm serve processes; push: disk writes buckets "
+                     "from host memory", transient=True))  # fmt: skip
+        return
     if name != "VLLMGenerationEngine":
         samples = int(cfg.group(ctx.config, "rollout").get("samples_per_prompt") or 4)
         kv = (

@@ -221,10 +221,10 @@ class VLLMServerEngine:
         gathers under ZeRO-3 are collective; rank 0 talks to the servers)."""
         if _rank() == 0:
             for client in self.clients:
-                self.model = preflight(client, self.model)
-                aborted = client.abort_all()
-                if client.is_paused():
+                if client.is_paused():  # a trainer that died inside a push leaves it paused
                     client.resume()
+                aborted = client.abort_all()
+                self.model = preflight(client, self.model)
                 if aborted:
                     print(f"lit-rlhf: aborted {aborted} requests left on {client.url}")
         self._push(model, full=True)

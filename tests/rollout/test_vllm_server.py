@@ -212,3 +212,43 @@ def test_cli_run_against_a_stopped_server_ends_with_one_line(server, model_dir, 
     assert len(errors) == 1 and server.url in errors[0], run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     assert elapsed < 120, elapsed  # imports and model build, then the 4 s deadline
+
+
+def test_a_server_that_stops_answering_mid_run_ends_it_within_the_deadline(
+    server, model_dir, tmp_path
+):
+    """The server stops (SIGSTOP) after the run's first weight pushes: the run ends with exit
+    code 1 and one line naming it, within the deadlines of the call it was in."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [
+        sys.executable, "-m", "lit_rlhf.cli", "fit", "--config",
+        str(ROOT / "configs/ppo/countdown_tiny_server.yaml"),
+        f"--model.init_args.model={model_dir}", f"--data.init_args.tokenizer={model_dir}",
+        f"--model.init_args.engine.init_args.urls=[{server.url}]",
+        "--model.init_args.engine.init_args.request_timeout_s=4",
+        "--model.init_args.engine.init_args.sync_timeout_s=4",
+        "--trainer.limit_train_batches=50", "--trainer.limit_val_batches=0",
+        f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
+    ]  # fmt: skip
+    pushes = server.log.read_text(errors="replace").count("/update_weight_version")
+    run = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while server.log.read_text(errors="replace").count("/update_weight_version") < pushes + 3:
+            if run.poll() is not None:
+                pytest.fail(f"the run ended before its third push: {run.stderr.read()[-3000:]}")
+            assert time.monotonic() < deadline, "no third push within 180 s"
+            time.sleep(0.1)
+        server.signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        _, stderr = run.communicate(timeout=120)
+        elapsed = time.monotonic() - stopped
+    finally:
+        server.signal(signal.SIGCONT)
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("lit-rlhf: error:")]
+    assert len(errors) == 1 and server.url in errors[0], stderr[-3000:]
+    # a generation request (4 s) or a push (4 s), then the process's own shutdown
+    assert elapsed < 20, elapsed
