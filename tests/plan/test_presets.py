@@ -211,3 +211,23 @@ def test_full_fine_tuning_keeps_no_snapshot_with_the_bucketed_push() -> None:
     config["model"]["init_args"]["lora"] = {"rank": 8}
     snapshot = next(i for i in preset_plan(config).items if i.kind == "snapshot")
     assert snapshot.bytes == 4 * 1_543_714_304  # LoRA: the merged weights' float32 copy
+
+
+def test_a_server_engine_takes_vllm_off_the_training_gpus() -> None:
+    """With generation in ``vllm serve`` processes on other GPUs, a training GPU holds no vLLM
+    reservation, no snapshot and no KV cache: the ConsistRM judge preset's rollout peak falls
+    to its training states (``push: nccl`` adds one bucket while it is broadcast)."""
+    config = composed("consistrm_qwen3-8b")
+    colocated = preset_plan(config)
+    config["model"]["init_args"]["engine"] = {
+        "class_path": "lit_rlhf.rollout.VLLMServerEngine",
+        "init_args": {"urls": ["http://rollout-node:8000"], "push_bucket_bytes": 1 << 30},
+    }
+    served = preset_plan(config)
+    kinds = {i.kind for i in served.items}
+    assert "engine" not in kinds and not any("KV cache" in i.name for i in served.items)
+    vllm = sum(i.bytes for i in colocated.items if i.kind == "engine")
+    assert vllm > 0 and served.peaks["rollout"] <= colocated.peaks["rollout"] - vllm
+    engine_args(config)["push"] = "nccl"
+    pushed = preset_plan(config)
+    assert pushed.peaks["rollout"] == served.peaks["rollout"] + (1 << 30)
