@@ -32,6 +32,10 @@ def _needs_vllm(path: Path) -> bool:
     return "VLLMGenerationEngine" in path.read_text()
 
 
+def _needs_server(path: Path) -> bool:
+    return "VLLMServerEngine" in path.read_text()
+
+
 def _needs_ifeval(path: Path) -> bool:
     return "InstructionReward" in path.read_text()
 
@@ -55,6 +59,11 @@ def _cpu_config(path: Path) -> object:
 
 @pytest.mark.parametrize("path", [_cpu_config(p) for p in CONFIGS if not _is_gpu_only(p)])
 def test_cpu_config_fast_dev_run(path, tmp_path):
+    if _needs_server(path):
+        pytest.skip(
+            "samples from a running vllm serve: tests/rollout/test_vllm_server.py and "
+            "test_vllm_server_resume.py run this config through the CLI against a real one"
+        )
     if _needs_smollm2(path):
         pytest.importorskip("gguf", reason="the SmolLM2 demo config needs the [demo] extra")
     if _needs_vllm(path):
