@@ -86,11 +86,12 @@ class LocalServer:
         """Send ``signum`` to the server's process group (its engine process included)."""
         os.killpg(self.proc.pid, signum)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM to the server's process group; SIGKILL after ``grace_s`` seconds."""
         if self.proc.poll() is None:
             self.signal(signal.SIGTERM)
             try:
-                self.proc.wait(30)
+                self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
                 self.signal(signal.SIGKILL)
                 self.proc.wait(30)
