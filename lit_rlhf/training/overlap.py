@@ -24,7 +24,8 @@ process, the queue (token ids, the engine's log-probs, scores, weight versions) 
 checkpoint and a resume is exact. The worker draws its samples from torch's global generator,
 as the on-policy path does; the update draws none unless the trained network has dropout, so a
 run is bitwise reproducible without dropout. Logged: ``rollout/staleness`` (updates between the
-sampling weights and the update), ``time/generate_s``, ``time/update_s``, ``time/wait_s`` (the
+sampling weights and the update), ``time/generate_s``, ``time/update_s``, ``time/sync_s`` (the
+engine's weight push after the step), ``time/wait_s`` (the
 main thread waiting for the worker) and ``rollout/overlap`` (the share of the generation that
 ran while the update did). With ``rollout.partial_rollouts`` the engine is given the new weights
 without waiting for the worker (:mod:`lit_rlhf.training.partial`).
@@ -151,12 +152,14 @@ class OverlappedRollouts:
         rollout = score(out)
         rollout.weight_version = version
         self.queue.append(rollout)
+        sync_start = time.perf_counter()
         engine.sync_weights(policy)
         hidden = max(0.0, min(gen_end, update_end) - max(gen_start, update_start))
         self.last_stats = {
             "time/generate_s": torch.tensor(gen_end - gen_start),
             "time/update_s": torch.tensor(update_end - update_start if ready else 0.0),
             "time/wait_s": torch.tensor(max(0.0, gen_end - update_end)),
+            "time/sync_s": torch.tensor(time.perf_counter() - sync_start),
             "rollout/overlap": torch.tensor(hidden / max(gen_end - gen_start, 1e-9)),
         }
 
