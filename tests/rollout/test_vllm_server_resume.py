@@ -5,7 +5,8 @@ once; before its first generation the resumed engine aborts the dead trainer's r
 pushes the checkpoint's weights labelled with the checkpoint's version (read from the server's
 own request log and the engine's start line).
 
-Runs in the vLLM venv (``make test-vllm``); about 90 s on 2 cores (server start included).
+Runs in the vLLM venv, in the slow group (``make test-slow``): about 60 s on 2 quiet cores
+(a server start and two training runs).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from lit_rlhf.models import TinyModelSpec, write_tiny_model
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # make test-slow (a server and two runs)
 
 from lit_rlhf.rollout.server_launch import LocalServer  # noqa: E402
 
