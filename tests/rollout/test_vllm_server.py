@@ -186,16 +186,21 @@ def test_a_stopped_server_ends_generation_and_push_within_the_deadline(
     engine.close()
 
 
-def test_cli_run_against_a_stopped_server_ends_with_one_line(server, model_dir, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [
+def fit_command(server, model_dir, root, *extra: str) -> list[str]:
+    """``lit-rlhf fit`` of the server config on the module's model, 4 s request deadlines."""
+    return [
         sys.executable, "-m", "lit_rlhf.cli", "fit", "--config",
         str(ROOT / "configs/ppo/countdown_tiny_server.yaml"),
         f"--model.init_args.model={model_dir}", f"--data.init_args.tokenizer={model_dir}",
         f"--model.init_args.engine.init_args.urls=[{server.url}]",
         "--model.init_args.engine.init_args.request_timeout_s=4",
-        f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
+        f"--trainer.default_root_dir={root}", "--trainer.logger=false", *extra,
     ]  # fmt: skip
+
+
+def test_cli_run_against_a_stopped_server_ends_with_one_line(server, model_dir, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = fit_command(server, model_dir, tmp_path)
     server.signal(signal.SIGSTOP)
     try:
         start = time.monotonic()
@@ -216,16 +221,10 @@ def test_a_server_that_stops_answering_mid_run_ends_it_within_the_deadline(
     """The server stops (SIGSTOP) after the run's first weight pushes: the run ends with exit
     code 1 and one line naming it, within the deadlines of the call it was in."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [
-        sys.executable, "-m", "lit_rlhf.cli", "fit", "--config",
-        str(ROOT / "configs/ppo/countdown_tiny_server.yaml"),
-        f"--model.init_args.model={model_dir}", f"--data.init_args.tokenizer={model_dir}",
-        f"--model.init_args.engine.init_args.urls=[{server.url}]",
-        "--model.init_args.engine.init_args.request_timeout_s=4",
-        "--model.init_args.engine.init_args.sync_timeout_s=4",
+    cmd = fit_command(
+        server, model_dir, tmp_path, "--model.init_args.engine.init_args.sync_timeout_s=4",
         "--trainer.limit_train_batches=50", "--trainer.limit_val_batches=0",
-        f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
-    ]  # fmt: skip
+    )  # fmt: skip
     pushes = server.log.read_text(errors="replace").count("/update_weight_version")
     run = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     try:
