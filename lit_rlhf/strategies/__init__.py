@@ -1,5 +1,5 @@
 """Strategy support: DeepSpeed checkpoint folders without frozen models, DeepSpeed ZeRO-2/3 on CPU
-processes, and what a module with manual
+processes, FSDP2 over every rank (Lightning's ModelParallelStrategy), and what a module with manual
 optimisation needs under DeepSpeed (ZeRO-3 model building, gradient clipping, micro-batch
 accumulation, gradient norm)."""
 
@@ -12,13 +12,16 @@ from lit_rlhf.strategies.deepspeed_hooks import (
     start_micro_batch,
     transformers_zero3_context,
 )
+from lit_rlhf.strategies.fsdp2 import FSDP2Strategy, is_fsdp2
 from lit_rlhf.strategies.shutdown import shutdown_distributed
 
 __all__ = [
     "CPUDeepSpeedStrategy",
     "DeepSpeedStrategy",
+    "FSDP2Strategy",
     "deepspeed_grad_norm",
     "is_deepspeed",
+    "is_fsdp2",
     "set_deepspeed_gradient_clipping",
     "shutdown_distributed",
     "start_micro_batch",

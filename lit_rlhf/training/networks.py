@@ -15,6 +15,7 @@ from lit_rlhf.models.lora import lora_wrap, quantization_config
 from lit_rlhf.settings import Dtype, LoRASettings, PrecisionSettings
 from lit_rlhf.strategies import transformers_zero3_context
 from lit_rlhf.training.frozen import freeze
+from lit_rlhf.training.sharding import shard_networks
 
 
 @dataclass
@@ -39,8 +40,9 @@ def build_policy_networks(
     hidden states) or None; ``reference``: a frozen copy of the starting policy, in
     ``precision.reference_dtype`` (None: ``precision.dtype``; frozen, it may be 16-bit while the
     trained policy is float32). Under ZeRO-3 (``strategy``) the pretrained weights load straight
-    into the partitions. ``lora`` (rank > 0): the policy gets adapters (its base frozen, loaded in
-    4 bits with ``quantize``), and no separate reference is loaded (the base is the reference)."""
+    into the partitions; under FSDP2 the policy and critic are sharded (``shard_networks``).
+    ``lora`` (rank > 0): the policy gets adapters (its base frozen, loaded in 4 bits with
+    ``quantize``), and no separate reference is loaded (the base is the reference)."""
     lora = lora or LoRASettings()
     precision = precision or PrecisionSettings()
     dtype = precision.dtype
@@ -56,6 +58,7 @@ def build_policy_networks(
         ref_dtype = precision.reference_dtype or dtype
         separate = reference and not lora.enabled
         ref = freeze(load_causal_lm(model, dtype=ref_dtype)) if separate else None
+    shard_networks(strategy, policy, value)  # FSDP2: the trained networks; the reference whole
     return PolicyNetworks(policy, value, ref)
 
 

@@ -6,7 +6,8 @@ process.
         [--engine fixed|hf] [--save-checkpoint DIR] [--resume DIR] [--model M]
         [--micro-batch-size M]
 
-KIND: ``plain`` (no strategy), ``ddp``, ``zero2``, ``zero3`` (the CPU DeepSpeed subclass).
+KIND: ``plain`` (no strategy), ``ddp``, ``zero2``, ``zero3`` (the CPU DeepSpeed subclass),
+``fsdp2`` (FSDP2Strategy on gloo).
 STEPS: rollouts per epoch. Every rollout takes ``GLOBAL_PROMPTS`` prompts in all, split evenly
 over the processes (per-process batch = GLOBAL_PROMPTS / DEVICES), so 1 and 2 processes see the
 same prompts per rollout. Writes OUT.json (counters, per-rollout grad norms; rank 0) and, on
@@ -34,6 +35,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, DistributedSampler
 
 from lit_rlhf.callbacks import TrustRegionEntropy
@@ -41,7 +43,7 @@ from lit_rlhf.models import load_tokenizer, resolve
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.rollout import HFGenerationEngine
-from lit_rlhf.strategies import CPUDeepSpeedStrategy, shutdown_distributed
+from lit_rlhf.strategies import CPUDeepSpeedStrategy, FSDP2Strategy, shutdown_distributed
 from lit_rlhf.types import GenerationOutput, RewardOutput
 from tests.helpers import prompt_loader
 
@@ -135,12 +137,17 @@ def strategy_for(kind: str) -> Any:
         return "auto"
     if kind == "ddp":
         return "ddp"
+    if kind == "fsdp2":
+        return FSDP2Strategy()
     return CPUDeepSpeedStrategy(stage={"zero2": 2, "zero3": 3}[kind])
 
 
 def full_weights(trainer: L.Trainer, module: PPOModule) -> dict[str, torch.Tensor]:
-    """Every trainable parameter in full (ZeRO-3 gathers the partitions on every rank)."""
+    """Every trainable parameter in full (ZeRO-3 gathers the partitions on every rank, FSDP2's
+    DTensors gather with ``full_tensor``)."""
     params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    if any(isinstance(p, DTensor) for _, p in params):
+        return {n: p.detach().full_tensor().clone() for n, p in params}
     if getattr(trainer.strategy, "zero_stage_3", False):
         import deepspeed
 
@@ -149,9 +156,21 @@ def full_weights(trainer: L.Trainer, module: PPOModule) -> dict[str, torch.Tenso
     return {n: p.detach().clone() for n, p in params}
 
 
+def policy_elements(module: PPOModule) -> dict[str, Any]:
+    """How many of the policy's parameter elements this rank holds, of how many, and whether
+    every parameter is a DTensor (FSDP2)."""
+    params = list(module.policy.parameters())
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in params]
+    return {
+        "policy_local_elements": sum(p.numel() for p in local),
+        "policy_elements": sum(p.numel() for p in params),
+        "policy_all_dtensors": all(isinstance(p, DTensor) for p in params),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["plain", "ddp", "zero2", "zero3"])
+    parser.add_argument("kind", choices=["plain", "ddp", "zero2", "zero3", "fsdp2"])
     parser.add_argument("devices", type=int)
     parser.add_argument("steps", type=int)
     parser.add_argument("out")
@@ -226,6 +245,7 @@ def main() -> None:
             "grad_norms": grad_norms.values,
             "world_size": trainer.world_size,
             "strategy": type(trainer.strategy).__name__,
+            **policy_elements(module),
         }
         Path(args.out).write_text(json.dumps(summary))
     shutdown_distributed()

@@ -1,0 +1,56 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) through Lightning's ``ModelParallelStrategy``,
+with the data-parallel size equal to the world size.
+
+Lightning's strategy sizes its ``auto`` device mesh as data-parallel = number of nodes and
+tensor-parallel = processes per node: on one node nothing would be sharded by the data-parallel
+dimension and every rank would get the same batches. This subclass fixes the mesh at
+(world size, 1): every rank is a data-parallel replica of its own batches, and the trained
+networks are sharded over all ranks (``lit_rlhf.training.sharding.shard_networks``, called where
+the modules build their networks: under this strategy the LightningModule applies
+``fully_shard`` itself, the strategy does not wrap). Lightning picks gloo on CPU and NCCL on
+CUDA; checkpoints are torch distributed-checkpoint (DCP) folders.
+
+YAML (a trainer fragment, see ``configs/trainer/fsdp2.yaml`` / ``cpu_fsdp2.yaml``)::
+
+    trainer:
+      strategy:
+        class_path: lit_rlhf.strategies.FSDP2Strategy
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch.strategies import ModelParallelStrategy
+from typing_extensions import override
+
+
+class FSDP2Strategy(ModelParallelStrategy):
+    """Lightning's :class:`~lightning.pytorch.strategies.ModelParallelStrategy` with a
+    (world size x 1) mesh: data parallelism (FSDP2 sharding) over every rank, no tensor
+    parallelism. Takes the parent's other arguments (``save_distributed_checkpoint``,
+    ``process_group_backend``, ``timeout``) by name."""
+
+    strategy_name = "fsdp2"
+
+    def __init__(self, **kwargs: Any) -> None:
+        for name in ("data_parallel_size", "tensor_parallel_size"):
+            if name in kwargs:
+                raise ValueError(
+                    f"FSDP2Strategy sets {name} itself (data-parallel size = world size, "
+                    "tensor-parallel size 1). Fix: remove it from the strategy's init_args, or "
+                    "use lightning.pytorch.strategies.ModelParallelStrategy for a 2-D mesh."
+                )
+        super().__init__(data_parallel_size="auto", tensor_parallel_size=1, **kwargs)
+
+    @override
+    def setup_environment(self) -> None:
+        # the world size is known once the cluster environment is set (before the mesh is built)
+        self._data_parallel_size = self.num_nodes * self.num_processes
+        super().setup_environment()
+
+
+def is_fsdp2(strategy: Any) -> bool:
+    """Whether ``strategy`` is Lightning's ``ModelParallelStrategy`` (this subclass included):
+    the LightningModule shards its networks with ``fully_shard`` in ``configure_model``."""
+    return isinstance(strategy, ModelParallelStrategy)
