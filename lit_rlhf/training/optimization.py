@@ -39,6 +39,7 @@ import torch
 from lightning import LightningModule
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 from lit_rlhf.settings import OptimSettings
 from lit_rlhf.strategies import (
@@ -247,7 +248,7 @@ class OptimizerStep:
     ) -> tuple[Tensor | None, bool | None]:
         """(norm before clipping, whether the step was skipped; None: the loss scaler decides)."""
         grads = [p.grad for p in module.parameters() if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads).detach() if grads else None
+        norm = full_norm(torch.nn.utils.get_total_norm(grads)) if grads else None
         self._group_norms: dict[str, Tensor] = {}
         if getattr(module.trainer.precision_plugin, "scaler", None) is not None:
             self._clip(module, optimizer)
@@ -282,7 +283,7 @@ class OptimizerStep:
                 norm = torch.nn.utils.get_total_norm([p.grad for p in params])
             else:
                 norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-            self._group_norms[f"{self.norm_key}/{group.get('name', i)}"] = norm.detach()
+            self._group_norms[f"{self.norm_key}/{group.get('name', i)}"] = full_norm(norm)
 
     def state_dict(self) -> dict[str, Any]:
         """The skip counters (``fault/skipped_steps``, consecutive skips) and the lr schedule's
@@ -301,3 +302,12 @@ class OptimizerStep:
     def load_from(self, checkpoint: dict[str, Any]) -> None:
         """The reverse of :meth:`save_to` (a checkpoint without the key: counters at 0)."""
         self.load_state_dict(checkpoint.get(CHECKPOINT_KEY, {}))
+
+
+def full_norm(norm: Tensor) -> Tensor:
+    """A gradient norm as a plain tensor: under FSDP2 the gradients are DTensor shards and
+    torch's norm of them a DTensor (already reduced over the shards), gathered here for the
+    non-finite check and the logs."""
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    return norm.detach()

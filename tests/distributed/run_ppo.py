@@ -4,7 +4,7 @@ process.
 
     python -m tests.distributed.run_ppo KIND DEVICES STEPS OUT.json [--epochs N]
         [--engine fixed|hf] [--save-checkpoint DIR] [--resume DIR] [--model M]
-        [--micro-batch-size M]
+        [--micro-batch-size M] [--clip-per-network] [--module ppo|grm]
 
 KIND: ``plain`` (no strategy), ``ddp``, ``zero2``, ``zero3`` (the CPU DeepSpeed subclass),
 ``fsdp2`` (FSDP2Strategy on gloo).
@@ -41,7 +41,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from lit_rlhf.callbacks import TrustRegionEntropy
 from lit_rlhf.models import load_tokenizer, resolve
 from lit_rlhf.models.forward import forward_response
-from lit_rlhf.modules import PPOModule
+from lit_rlhf.modules import GenerativeRewardModule, PPOModule
 from lit_rlhf.rollout import HFGenerationEngine
 from lit_rlhf.strategies import CPUDeepSpeedStrategy, FSDP2Strategy, shutdown_distributed
 from lit_rlhf.types import GenerationOutput, RewardOutput
@@ -111,8 +111,9 @@ class GradNormLog(L.Callback):
         self.values: list[float] = []
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
-        if "ppo/grad_norm" in trainer.callback_metrics:
-            self.values.append(float(trainer.callback_metrics["ppo/grad_norm"]))
+        for key in ("ppo/grad_norm", "grm/grad_norm"):
+            if key in trainer.callback_metrics:
+                self.values.append(float(trainer.callback_metrics[key]))
 
 
 class SaveWeights(L.Callback):
@@ -156,7 +157,7 @@ def full_weights(trainer: L.Trainer, module: PPOModule) -> dict[str, torch.Tenso
     return {n: p.detach().clone() for n, p in params}
 
 
-def policy_elements(module: PPOModule) -> dict[str, Any]:
+def policy_elements(module: Any) -> dict[str, Any]:
     """How many of the policy's parameter elements this rank holds, of how many, and whether
     every parameter is a DTensor (FSDP2)."""
     params = list(module.policy.parameters())
@@ -166,6 +167,45 @@ def policy_elements(module: PPOModule) -> dict[str, Any]:
         "policy_elements": sum(p.numel() for p in params),
         "policy_all_dtensors": all(isinstance(p, DTensor) for p in params),
     }
+
+
+def build_module(args: Any, model_dir: Any, tokenizer: Any, engine: Any) -> Any:
+    """PPO with a separate critic (``--module ppo``) or the generative reward model trained with
+    GRPO on the same rollouts (``--module grm``), both with a frozen reference."""
+    optim = {
+        "micro_batch_size": args.micro_batch_size,  # 2: several backward passes per step
+        "lr": 1e-3,
+        "max_grad_norm": 0.2,
+    }
+    if args.module == "grm":
+        return GenerativeRewardModule(
+            mode="rft",
+            reward=DigitShareReward(),  # instead of verdicts: varies across random responses
+            model=model_dir,
+            tokenizer=tokenizer,
+            engine=engine,
+            rollout={"samples_per_prompt": 2},
+            update={"ppo_epochs": 2},
+            optim=optim,
+            kl={"coef": 0.05},
+        )
+    return PPOModule(
+        reward=DigitShareReward(),
+        model=model_dir,
+        tokenizer=tokenizer,
+        engine=engine,
+        rollout={"samples_per_prompt": 2},
+        advantage={
+            "estimator": "gae",
+            "whiten": False,
+        },  # a separate critic: two param groups with different learning rates
+        update={
+            "ppo_epochs": 2
+        },  # the second epoch's ratio is not 1: clipping and old log-probs matter
+        optim={**optim, "clip_per_network": args.clip_per_network},
+        kl={"coef": 0.05},  # a frozen reference model under the strategy too
+        critic={"lr": 3e-3},  # below most norms here: clipping is active
+    )
 
 
 def main() -> None:
@@ -180,6 +220,8 @@ def main() -> None:
     parser.add_argument("--resume")
     parser.add_argument("--model", default="builtin:tiny-llama")
     parser.add_argument("--micro-batch-size", type=int, default=2)
+    parser.add_argument("--clip-per-network", action="store_true")
+    parser.add_argument("--module", choices=["ppo", "grm"], default="ppo")
     args = parser.parse_args()
     torch.set_num_threads(1)  # two processes on two cores
     L.seed_everything(0, verbose=False)
@@ -187,27 +229,7 @@ def main() -> None:
     model_dir = resolve(args.model)
     tokenizer = load_tokenizer(model_dir)
     engine = FixedResponseEngine() if args.engine == "fixed" else HFGenerationEngine(8)
-    module = PPOModule(
-        reward=DigitShareReward(),
-        model=model_dir,
-        tokenizer=tokenizer,
-        engine=engine,
-        rollout={"samples_per_prompt": 2},
-        advantage={
-            "estimator": "gae",
-            "whiten": False,
-        },  # a separate critic: two param groups with different learning rates
-        update={
-            "ppo_epochs": 2
-        },  # the second epoch's ratio is not 1: clipping and old log-probs matter
-        optim={
-            "micro_batch_size": args.micro_batch_size,
-            "lr": 1e-3,
-            "max_grad_norm": 0.2,
-        },  # 2: several backward passes per optimizer step
-        kl={"coef": 0.05},  # a frozen reference model under the strategy too
-        critic={"lr": 3e-3},  # below most norms here: clipping is active
-    )
+    module = build_module(args, model_dir, tokenizer, engine)
     prompts = [
         f"Using the numbers [{i}, {i + 3}, {2 * i}]" for i in range(GLOBAL_PROMPTS * args.steps)
     ]
