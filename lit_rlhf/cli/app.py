@@ -35,6 +35,9 @@ A resume whose checkpoint was trained from another model than the data's tokeniz
 and so is a ``--ckpt_path`` that is not a readable checkpoint (both name the file). The Trainer
 loads ``--ckpt_path`` with ``weights_only=True`` (tensors and plain types, no pickled code)
 unless the command line says ``--weights_only false``.
+A run of more than one process starts with a preflight: every rank meets at the rendezvous
+within ``LIT_RLHF_PREFLIGHT_TIMEOUT_S`` (default 60 s), or the run ends with one line naming the
+missing ranks (:mod:`lit_rlhf.strategies.preflight`).
 Checkpoint files are written atomically (:class:`~lit_rlhf.training.AtomicCheckpointIO`: a run
 killed mid-write leaves ``last.ckpt`` whole) unless the config chooses a checkpoint IO plugin.
 
@@ -61,6 +64,7 @@ from lightning.pytorch.cli import LightningCLI
 import lit_rlhf.cli.checkpoints as ckpt
 from lit_rlhf.cli.errors import LitRLHFParser, refuse_abbreviations, root_cause
 from lit_rlhf.errors import config_refusal
+from lit_rlhf.strategies.preflight import install_preflight
 from lit_rlhf.training.checkpoint_io import use_atomic_checkpoint_io
 from lit_rlhf.training.faults import CheckpointOnInterrupt
 from lit_rlhf.training.precision import resolve_precision
@@ -112,6 +116,7 @@ class LitRLHFCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         use_atomic_checkpoint_io(self.trainer.strategy)
+        install_preflight(self.trainer.strategy)  # all ranks meet within a deadline first
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer = super().instantiate_trainer(**kwargs)
