@@ -19,9 +19,14 @@ YAML (a trainer fragment, see ``configs/trainer/fsdp2.yaml`` / ``cpu_fsdp2.yaml`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import ModelParallelStrategy
+from torch import nn
 from typing_extensions import override
 
 
@@ -48,6 +53,32 @@ class FSDP2Strategy(ModelParallelStrategy):
         # the world size is known once the cluster environment is set (before the mesh is built)
         self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
+
+    @override
+    def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> Any:
+        """Lightning's load, with the module's frozen networks (PPO's reference: every parameter
+        frozen, none a DTensor) set aside: the modules leave them out of their checkpoints and
+        rebuild them from their source, while Lightning's distributed-checkpoint load asks the
+        folder for every key of the module."""
+        assert self.lightning_module is not None
+        with _frozen_children_set_aside(self.lightning_module):
+            return super().load_checkpoint(Path(checkpoint_path), weights_only)
+
+
+@contextmanager
+def _frozen_children_set_aside(module: nn.Module) -> Iterator[None]:
+    frozen = {
+        name: child
+        for name, child in module.named_children()
+        if any(True for _ in child.parameters())
+        and not any(p.requires_grad for p in child.parameters())
+    }
+    for name in frozen:
+        del module._modules[name]
+    try:
+        yield
+    finally:
+        module._modules.update(frozen)
 
 
 def is_fsdp2(strategy: Any) -> bool:

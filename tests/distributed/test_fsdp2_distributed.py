@@ -72,3 +72,20 @@ def test_cpu_fsdp2_fragment_runs_on_two_processes(tiny_model_dir, tmp_path):
     # lock-step: synced_gpus), one training and one validation batch
     output = fit_with_fragment("cpu_fsdp2", tmp_path)
     assert "MEMBER: 2/2" in output and "`max_steps=1` reached" in output
+
+
+@pytest.mark.slow
+def test_fsdp2_checkpoint_resumes_like_one_uninterrupted_process(tiny_model_dir, tmp_path):
+    # about 35 s: two 2-process runs and a single process over 2 epochs, clip_per_network on
+    clip = "--clip-per-network"
+    single = run_ppo(tmp_path, "single", "plain", 1, "--epochs", "2", clip)
+    ckpt = tmp_path / "epoch0.ckpt"
+    first = run_ppo(tmp_path, "first", "fsdp2", 2, clip, "--save-checkpoint", str(ckpt))
+    assert sorted(p.name for p in ckpt.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    resumed = run_ppo(tmp_path, "resumed", "fsdp2", 2, "--epochs", "2", clip, "--resume", str(ckpt))
+    # the folder has no frozen reference (rebuilt from its source); weights come back exactly
+    assert_weights_close(resumed["weights"]("init"), first["weights"]("epoch0"), atol=0.0)
+    assert_weights_close(first["weights"]("epoch0"), single["weights"]("epoch0"))
+    assert (resumed["global_step"], resumed["rollout_step"]) == (8, 4)
+    # and AdamW's state: the second epoch ends where the uninterrupted run's does
+    assert_weights_close(resumed["weights"]("epoch1"), single["weights"]("epoch1"))
