@@ -142,10 +142,12 @@ def model_state_items(
     if strategy.kind == "deepspeed" and not strategy.offload_optimizer:
         return deepspeed_fp32_items(role, p, largest_layer, strategy, world)
     size = DTYPE_BYTES[dtype]
-    share = world if strategy.kind == "fsdp" else 1
+    share = world if strategy.kind == "fsdp" else 1  # FSDP / FSDP2: states / data-parallel size
+    gathered = size * largest_layer if share > 1 else 0  # one unit all-gathered at a time
     return [
-        Item(f"{role}: weights ({dtype})", size * p // share, "both", "state",
-             "FSDP shard" if share > 1 else "every process holds them"),
+        Item(f"{role}: weights ({dtype})", size * p // share + gathered, "both", "state",
+             "FSDP shard + the largest layer gathered" if share > 1
+             else "every process holds them"),
         Item(f"{role}: gradients ({dtype})", size * p // share, "both", "state"),
         Item(f"{role}: Adam moments (float32)", ADAM_BYTES * p // share, "both", "state"),
     ]  # fmt: skip

@@ -154,3 +154,16 @@ def test_memory_sizes_parse_decimal_and_binary_units(text: str, expected: int) -
 def test_a_bad_memory_size_is_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="Fix: write it as 80GiB"):
         parse_memory("lots")
+
+
+def test_fsdp2_divides_the_states_by_the_world_and_gathers_one_layer() -> None:
+    from lit_rlhf.plan.inputs import strategy
+
+    node = {"class_path": "lit_rlhf.strategies.FSDP2Strategy"}
+    fsdp2 = strategy({"trainer": {"strategy": node, "precision": "bf16-mixed"}})
+    assert fsdp2.kind == "fsdp"
+    items = model_state_items("policy", 8 * 10**9, 10**8, dtype="float32", strategy=fsdp2,
+                              world=8)  # fmt: skip
+    # 16 bytes per float32 parameter over 8 ranks, plus one float32 layer gathered whole
+    assert sum(i.bytes for i in items) == 16 * 10**9 + 4 * 10**8
+    assert "FSDP shard" in items[0].note
