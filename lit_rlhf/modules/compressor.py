@@ -61,6 +61,7 @@ from lit_rlhf.training import (
     freeze,
 )
 from lit_rlhf.training.precision import check_trainable_precision
+from lit_rlhf.training.sharding import shard_networks
 
 AE, LM = 0, 1  # the markers' rows: autoencoding, continuation
 
@@ -163,6 +164,7 @@ class CompressorDecoderModule(LightningModule):
             marker_scale=_embedding_std(decoder),
             memory_scale=_embedding_std(lm),
         ).to(getattr(torch, dtype))
+        shard_networks(strategy, self.compressor)  # FSDP2; the frozen decoder stays whole
 
     def configure_optimizers(self) -> Any:
         assert self.compressor is not None

@@ -33,6 +33,7 @@ from lit_rlhf.training import (
     begin_configure_model,
 )
 from lit_rlhf.training.model_hooks import ExportedModelHooks
+from lit_rlhf.training.sharding import shard_networks
 
 
 def _check_settings(margin: float, max_length: int) -> None:
@@ -115,6 +116,7 @@ class RewardModelModule(ExportedModelHooks, LightningModule):
             )
         if self.precision.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+        shard_networks(strategy, self.model)  # FSDP2: each decoder block, then the whole
 
     def export_network(self) -> tuple[Any, Any]:
         """What ``lit-rlhf export`` writes: the sequence-classification reward model (its

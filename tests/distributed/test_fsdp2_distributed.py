@@ -89,3 +89,16 @@ def test_fsdp2_checkpoint_resumes_like_one_uninterrupted_process(tiny_model_dir,
     assert (resumed["global_step"], resumed["rollout_step"]) == (8, 4)
     # and AdamW's state: the second epoch ends where the uninterrupted run's does
     assert_weights_close(resumed["weights"]("epoch1"), single["weights"]("epoch1"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "config",
+    ["configs/sft/tiny.yaml", "configs/dpo/tiny.yaml", "configs/rm/bt_tiny.yaml",
+     "configs/compressor/tiny.yaml", "configs/grm/rft_tiny.yaml"],
+)  # fmt: skip
+def test_other_modules_run_under_the_cpu_fsdp2_fragment(config, tiny_model_dir, tmp_path):
+    # about 15 s each: one training and one validation batch on 2 processes (runs only; the
+    # weights are compared with one process for PPO and GRM above)
+    output = fit_with_fragment("cpu_fsdp2", tmp_path, config=config)
+    assert "MEMBER: 2/2" in output and "`max_steps=1` reached" in output
