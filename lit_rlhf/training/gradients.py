@@ -5,7 +5,9 @@ DeepSpeed ZeRO-1/2/3 ``param.grad`` is None after backward: the gradients live i
 partitioned buffers, reached through its documented accessors ``deepspeed.utils.
 safe_get_full_grad`` / ``safe_set_full_grad``, which return and accept the full, rank-reduced
 gradient. Under ZeRO-3 they gather across ranks, so every rank must make the same calls in the
-same order (the gradient-hook protocol calls hooks on every rank at the same point).
+same order (the gradient-hook protocol calls hooks on every rank at the same point). Under FSDP2
+``param.grad`` is a DTensor shard of the averaged gradient: ``get`` gathers it in full
+(``full_tensor``, the same lock-step rule) and ``set`` keeps this rank's shard of the new one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from lit_rlhf.strategies import is_deepspeed
 
@@ -40,7 +43,8 @@ class Gradients:
         """The full gradient of parameter ``name`` (None when it received none)."""
         param = self.parameters[name]
         if not self.deepspeed:
-            return param.grad
+            grad = param.grad
+            return grad.full_tensor() if isinstance(grad, DTensor) else grad
         from deepspeed.utils import safe_get_full_grad
 
         return safe_get_full_grad(param)
@@ -54,7 +58,16 @@ class Gradients:
                 f"{tuple(param.shape)}"
             )
         if not self.deepspeed:
-            if param.grad is None:
+            if isinstance(param, DTensor):  # every rank holds the same full gradient
+                shard = distribute_tensor(
+                    grad.detach().to(param.dtype), param.device_mesh, param.placements,
+                    src_data_rank=None,
+                )  # fmt: skip
+                if param.grad is None:
+                    param.grad = shard
+                else:
+                    param.grad.copy_(shard)
+            elif param.grad is None:
                 param.grad = grad.detach().to(param.dtype).clone()
             else:
                 param.grad.copy_(grad)
