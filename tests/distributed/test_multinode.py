@@ -100,6 +100,7 @@ def test_torchrun_two_nodes_train_and_resume(tmp_path: Path) -> None:
     assert torch.load(last, weights_only=True)["global_step"] == 3
 
 
+@pytest.mark.slow  # 32 s: make test-slow (make test stays near its budget)
 def test_slurm_two_tasks_detect_slurm_and_their_ranks(tmp_path: Path) -> None:
     """Two processes with the variables srun gives its tasks: Lightning picks SLURMEnvironment,
     SLURM_PROCID / SLURM_NODEID become global and node ranks, and the run trains and saves."""
