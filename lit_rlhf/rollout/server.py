@@ -114,7 +114,6 @@ class VLLMServerEngine:
         self.clients = [ServerClient(u, request_timeout_s, api_key) for u in self.urls]
         self.pusher = make_push(push, self.clients, push_dir, push_bucket_bytes, sync_timeout_s)
         self.weight_version = 0  # the label of the next push; the trainer sets it (updates done)
-        self.served_version: int | None = None  # the label of the weights served now
         self.started = False
         self.last_sync_s = 0.0
         self.last_sync_bytes = 0
@@ -251,7 +250,6 @@ class VLLMServerEngine:
         )
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.barrier()  # no rank samples before rank 0 has pushed
-        self.served_version = self.weight_version
         self.last_sync_s = time.perf_counter() - start
 
     def close(self) -> None:

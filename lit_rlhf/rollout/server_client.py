@@ -121,10 +121,6 @@ class ServerClient:
         """The model ids the server serves (``/v1/models``)."""
         return [m["id"] for m in self.call("GET", "/v1/models")["data"]]
 
-    def max_model_len(self) -> int | None:
-        data = self.call("GET", "/v1/models")["data"]
-        return int(data[0]["max_model_len"]) if data and data[0].get("max_model_len") else None
-
     def version(self) -> str:
         return str(self.call("GET", "/version")["version"])
 
