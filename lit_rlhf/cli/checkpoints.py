@@ -1,9 +1,11 @@
 """Reading ``--ckpt_path`` for the CLI: every way a checkpoint can be wrong ends in one message
 that names the path and the cause (the last line the user reads), before any model loads.
 
-A checkpoint is a file ``torch.save`` wrote (a zip archive) or a folder DeepSpeed wrote (a
+A checkpoint is a file ``torch.save`` wrote (a zip archive), a folder DeepSpeed wrote (a
 ``latest`` file naming a tag folder that holds ``*model_states.pt`` and ``*optim_states.pt``; the
-hyperparameters sit in rank 0's model states). Both are read with ``weights_only=True``.
+hyperparameters sit in rank 0's model states) or a torch distributed-checkpoint (DCP) folder that
+FSDP2 wrote (``.metadata``, the ``*.distcp`` shards and Lightning's ``meta.pt``, which holds the
+hyperparameters). All are read with ``weights_only=True``.
 
 Refused: an unreadable file (empty, truncated, text), a folder without a checkpoint's files, a
 checkpoint of another module class, settings the configured module does not take, and (for
@@ -109,12 +111,13 @@ def unreadable(path: Any, cause: str) -> CheckpointError:
 
 
 def read_hparams(path: str) -> dict[str, Any]:
-    """The hyperparameters a checkpoint file or DeepSpeed folder holds ({} if none)."""
+    """The hyperparameters a checkpoint file, DeepSpeed folder or DCP folder holds ({} if
+    none)."""
     target = Path(path)
     if target.is_dir():
-        target = deepspeed_model_states(target)
+        target = dcp_meta(target) if is_dcp(target) else deepspeed_model_states(target)
     elif not target.is_file():
-        raise CheckpointError(f"--ckpt_path {path}: no such file or folder. Fix: check the path.")
+        raise CheckpointError(f"--ckpt_path {path}: no such file or folder.{_interrupted(target)}")
     if not zipfile.is_zipfile(target):
         # torch.save writes a zip archive; anything else (a text file, half a copy) would reach
         # the weights-only unpickler, which fails with a bare KeyError or ValueError
@@ -131,13 +134,49 @@ def read_hparams(path: str) -> dict[str, Any]:
     return dict(hparams)
 
 
+def _interrupted(target: Path) -> str:
+    """The fix for a checkpoint path that does not exist, naming what a save cut short left."""
+    left = {
+        f".{target.name}.old": "the previous checkpoint, which a save cut short left there",
+        f".{target.name}.partial": "an unfinished save (not loadable)",
+    }
+    for name, what in left.items():
+        if (target.parent / name).exists():
+            return (
+                f" Beside it is {target.parent / name}: {what}. Fix: rename it to "
+                f"{target.name}, or pass another checkpoint."
+            )
+    return " Fix: check the path."
+
+
+def is_dcp(folder: Path) -> bool:
+    """Whether ``folder`` is a torch distributed checkpoint (Lightning's FSDP2 / ModelParallel
+    format): a ``.metadata`` file or Lightning's ``meta.pt`` beside ``*.distcp`` shards."""
+    return (folder / ".metadata").is_file() or (folder / "meta.pt").is_file()
+
+
+def dcp_meta(folder: Path) -> Path:
+    """The ``meta.pt`` of a DCP checkpoint folder (everything but the weights and optimizer
+    state); a folder that lacks part of a DCP checkpoint is refused, naming what it lacks."""
+    lacks = [n for n in (".metadata", "meta.pt") if not (folder / n).is_file()]
+    if not any(folder.glob("*.distcp")):
+        lacks.append("*.distcp shards")
+    if lacks:
+        raise CheckpointError(
+            f"--ckpt_path {folder}: a distributed (FSDP2) checkpoint folder without "
+            f"{', '.join(lacks)}: not a whole checkpoint. Fix: pass a folder an FSDP2 run "
+            "finished writing (a save cut short leaves the previous one in place)."
+        )
+    return folder / "meta.pt"
+
+
 def deepspeed_model_states(folder: Path) -> Path:
     """Rank 0's model-states file of a DeepSpeed checkpoint folder; a folder without the files
     a DeepSpeed checkpoint has is refused, naming what it lacks."""
     found = sorted(p.name for p in folder.iterdir())[:8]
     fix = (
-        "Fix: pass the folder DeepSpeed wrote (it holds 'latest' and the tag folder it names) or "
-        "a .ckpt file."
+        "Fix: pass the folder DeepSpeed wrote (it holds 'latest' and the tag folder it names), "
+        "an FSDP2 checkpoint folder (.metadata, meta.pt, *.distcp) or a .ckpt file."
     )
     latest = folder / "latest"
     tags = [latest.read_text().strip()] if latest.is_file() else []

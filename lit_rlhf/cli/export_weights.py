@@ -1,6 +1,8 @@
 """The weights ``lit-rlhf export`` reads from ``--ckpt_path``: a Lightning checkpoint file
-(``weights_only=True``, memory-mapped) or a DeepSpeed checkpoint folder, ZeRO-2 or ZeRO-3
-(DeepSpeed's ``zero_to_fp32`` joins the partitions into float32 weights on CPU), and the check
+(``weights_only=True``, memory-mapped), a DeepSpeed checkpoint folder, ZeRO-2 or ZeRO-3
+(DeepSpeed's ``zero_to_fp32`` joins the partitions into float32 weights on CPU), or an FSDP2
+distributed-checkpoint folder (torch DCP joins the shards of any number of ranks in this one
+process, in the dtype they were saved in), and the check
 that they are the weights of the network this config builds."""
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def read_checkpoint(path: str) -> tuple[dict[str, Tensor], dict[str, Any]]:
     target = Path(path)
     if target.is_dir():
         hparams = ckpt.read_hparams(path)  # checks the folder's layout (latest, tag, states)
+        if ckpt.is_dcp(target):
+            return dcp_state_dict(target), hparams
         return deepspeed_state_dict(target), hparams
     try:
         checkpoint = torch.load(target, weights_only=True, map_location="cpu", mmap=True)
@@ -47,6 +51,19 @@ def deepspeed_state_dict(folder: Path) -> dict[str, Tensor]:
 
     state = get_fp32_state_dict_from_zero_checkpoint(str(folder))
     return {key.removeprefix(_DEEPSPEED_PREFIX): value for key, value in state.items()}
+
+
+def dcp_state_dict(folder: Path) -> dict[str, Tensor]:
+    """The module's full weights from a DCP folder (Lightning saves them under ``state_dict``),
+    read without a process group (DCP then loads every shard into this process)."""
+    import warnings
+
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
+        warnings.filterwarnings("ignore", message=".*single process.*", category=UserWarning)
+        loaded = _load_state_dict_from_keys({"state_dict"}, checkpoint_id=str(folder))
+    return dict(loaded["state_dict"])
 
 
 def network_name(module: nn.Module, network: nn.Module) -> str:

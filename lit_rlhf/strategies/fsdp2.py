@@ -8,7 +8,13 @@ dimension and every rank would get the same batches. This subclass fixes the mes
 networks are sharded over all ranks (``lit_rlhf.training.sharding.shard_networks``, called where
 the modules build their networks: under this strategy the LightningModule applies
 ``fully_shard`` itself, the strategy does not wrap). Lightning picks gloo on CPU and NCCL on
-CUDA; checkpoints are torch distributed-checkpoint (DCP) folders.
+CUDA; checkpoints are torch distributed-checkpoint (DCP) folders, written atomically: every rank
+writes into a hidden ``.<name>.partial`` folder beside the target, which replaces the target
+only once all ranks are done (:func:`lit_rlhf.training.checkpoint_io.replace_path`), so a run
+killed during a save leaves the previous checkpoint whole. DCP folders reshard on load: a
+checkpoint written by N ranks resumes on M (weights and optimizer state; the data position as
+:mod:`lit_rlhf.training.loader_position` says) and ``lit-rlhf export`` reads it in one process.
+The folder must be on a filesystem every rank sees (as DCP requires).
 
 YAML (a trainer fragment, see ``configs/trainer/fsdp2.yaml`` / ``cpu_fsdp2.yaml``)::
 
@@ -53,6 +59,29 @@ class FSDP2Strategy(ModelParallelStrategy):
         # the world size is known once the cluster environment is set (before the mesh is built)
         self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
+
+    @override
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None
+    ) -> None:
+        """Lightning's save into a staging folder that replaces ``filepath`` when every rank has
+        written its shards (see the module docstring); a full-state file (``save_distributed_
+        checkpoint=False``) is Lightning's, through the CheckpointIO."""
+        if not self._save_distributed_checkpoint:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        # imported here: lit_rlhf.training imports this module (sharding's is_fsdp2)
+        from lit_rlhf.training.checkpoint_io import remove_path, replace_path
+
+        path = Path(self.broadcast(str(filepath)))
+        staging = path.with_name(f".{path.name}.partial")
+        if self.global_rank == 0:
+            remove_path(staging)  # a save cut short earlier
+        self.barrier("lit_rlhf_dcp_staging")
+        super().save_checkpoint(checkpoint, staging, storage_options)
+        self.barrier("lit_rlhf_dcp_written")
+        if self.global_rank == 0:
+            replace_path(staging, path)
+        self.barrier("lit_rlhf_dcp_replaced")
 
     @override
     def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> Any:

@@ -4,7 +4,7 @@ process.
 
     python -m tests.distributed.run_ppo KIND DEVICES STEPS OUT.json [--epochs N]
         [--engine fixed|hf] [--save-checkpoint DIR] [--resume DIR] [--model M]
-        [--micro-batch-size M] [--clip-per-network] [--module ppo|grm]
+        [--micro-batch-size M] [--clip-per-network] [--module ppo|grm] [--kill-in-save]
 
 KIND: ``plain`` (no strategy), ``ddp``, ``zero2``, ``zero3`` (the CPU DeepSpeed subclass),
 ``fsdp2`` (FSDP2Strategy on gloo).
@@ -12,7 +12,9 @@ STEPS: rollouts per epoch. Every rollout takes ``GLOBAL_PROMPTS`` prompts in all
 over the processes (per-process batch = GLOBAL_PROMPTS / DEVICES), so 1 and 2 processes see the
 same prompts per rollout. Writes OUT.json (counters, per-rollout grad norms; rank 0) and, on
 every rank, OUT.init.rank<r>.pt and OUT.epoch<e>.rank<r>.pt (every trainable weight, gathered in
-full under ZeRO-3) at the start and after each epoch.
+full under ZeRO-3) at the start and after each epoch. ``--kill-in-save``: the process kills
+itself (SIGKILL) right after DCP has written the shards of ``--save-checkpoint``, before the
+folder is put in place.
 
 Why the runs are comparable across process counts (``--engine fixed``): the engine returns
 responses that depend only on the prompt and the sample index (seeded by a hash of both), all of
@@ -208,6 +210,22 @@ def build_module(args: Any, model_dir: Any, tokenizer: Any, engine: Any) -> Any:
     )
 
 
+def kill_after_dcp_write() -> None:
+    """Make the next distributed-checkpoint save SIGKILL this process once its shards are on
+    disk (Lightning's module-level save function, called by ModelParallelStrategy)."""
+    import signal
+
+    import lightning.pytorch.strategies.model_parallel as model_parallel
+
+    write = model_parallel._distributed_checkpoint_save
+
+    def write_then_die(state: Any, path: Any) -> None:
+        write(state, path)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    model_parallel._distributed_checkpoint_save = write_then_die
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("kind", choices=["plain", "ddp", "zero2", "zero3", "fsdp2"])
@@ -222,7 +240,10 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=2)
     parser.add_argument("--clip-per-network", action="store_true")
     parser.add_argument("--module", choices=["ppo", "grm"], default="ppo")
+    parser.add_argument("--kill-in-save", action="store_true")
     args = parser.parse_args()
+    if args.kill_in_save:
+        kill_after_dcp_write()
     torch.set_num_threads(1)  # two processes on two cores
     L.seed_everything(0, verbose=False)
 
