@@ -56,7 +56,7 @@ TIMED = bash -c 'name=$$0; start=$$(date +%s); "$$@"; rc=$$?; echo "$$name group
 test: venv
 	@rm -f .test-times
 	$(TIMED) default env HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q
-	$(TIMED) distributed env HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m distributed
+	$(TIMED) distributed env HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m "distributed and not slow"
 	$(MAKE) test-vllm
 	@cat .test-times
 

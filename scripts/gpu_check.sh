@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first thing to run whenever a GPU is lent: one command of at most 8 min on one H200 with no
+# The first thing to run whenever a GPU is lent: one command of at most 9 min on one H200 with no
 # network and no vLLM (image: torch 2.11, transformers 5.17, pytorch-lightning 2.6.6, accelerate,
 # peft). Every other package travels as wheels in $WHEELS (default dist/wheels, git-ignored: carry
 # it), 7.2 MB: jsonargparse==4.53.0 docstring_parser==0.18.0 typeshed_client==2.15.0 datasets==5.2.0
@@ -9,7 +9,7 @@
 # --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d
 # dist/wheels NAME==VERSION ...`) and deepspeed==0.19.8 built here (2.1 MB; `DS_BUILD_OPS=0 pip
 # wheel deepspeed==0.19.8 --no-deps -w dist/wheels`). datasets 5.2 needs pyarrow >= 24: step 1
-# prints the image's. Steps (timeouts: 40 + 4 x 60 + 90 + 100 = 470 s):
+# prints the image's. Steps (timeouts: 40 + 4 x 60 + 150 + 100 = 530 s):
 #   1. the wheels installed (--no-index, into /tmp/site), the GPU's name and memory;
 #   2. `python -m lit_rlhf.measure` on this window's presets (WINDOW=1..3, below; a preset's
 #      update on synthetic full-length rollouts and random weights, no generation): one JSON each
@@ -17,7 +17,8 @@
 #      (torch.cuda.max_memory_allocated), step time, tokens/s and MFU. Unmeasured, as each JSON
 #      says: vLLM's memory (weights, KV cache, sleep mode) and its sampling dtype, reward models'
 #      forwards, and sharding (one GPU: ZeRO states unsharded; 7B / 8B presets cut to fewer layers);
-#   3. the `gpu`-marked tests (PPO; the judges incl. ReflectRM, the Bradley-Terry RM, LoRA);
+#   3. the `gpu`-marked tests (PPO; the judges incl. ReflectRM, the Bradley-Terry RM, LoRA; FSDP2
+#      on one GPU: NCCL, bf16-mixed, a DCP checkpoint resumed and exported);
 #   4. the preset dry runs on the GPU (tests/test_preset_dry_run.py with
 #      LIT_RLHF_DRY_RUN_DEVICE=gpu: every GPU preset, one step, its DeepSpeed fragment, bf16).
 # Rotation: window 1 on the first GPU, 2 on the next, 3 on the third, then 1 again (WINDOW=1..3).
@@ -58,7 +59,7 @@ want 2 && for preset in "${PRESETS[@]}"; do
     --out "$DIR/measure_$name.json" || status=1
 done
 want 3 && { echo "## gpu tests"
-  timeout 90 $PY -m pytest -q -m gpu -p no:cacheprovider tests/gpu || status=1; }
+  timeout 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/gpu || status=1; }
 want 4 && { echo "## preset dry runs on the GPU"
   LIT_RLHF_DRY_RUN_DEVICE=gpu timeout 100 $PY -m pytest -q -rs -p no:cacheprovider \
     tests/test_preset_dry_run.py::test_preset_dry_run || status=1; }

@@ -130,10 +130,13 @@ def add_engine(ctx: Context, policy: Architecture, policy_params: int, dtype: st
     kv_bytes = args.get("kv_cache_memory_bytes")
     engine_dtype = str(args.get("dtype") or "auto")
     engine_size = 2 if engine_dtype in ("auto", "bfloat16", "float16") else 4
+    tp = int(args.get("tensor_parallel_size") or 1)  # each GPU of a group holds 1/tp
     if kv_bytes:
         reserved, how = (
-            int(kv_bytes) + policy_params * engine_size,
-            "weights + kv_cache_memory_bytes",
+            int(kv_bytes) + policy_params * engine_size // tp,
+            "weights"
+            + (f" / tensor_parallel_size {tp}" if tp > 1 else "")
+            + " + kv_cache_memory_bytes",
         )
     else:
         util = float(args.get("gpu_memory_utilization", 0.3))

@@ -71,7 +71,7 @@ _FIELDS = {
         "max_new_tokens": "max_new_tokens", "gpu_memory_utilization": "gpu_memory_utilization",
         "kv_cache_memory_bytes": "kv_cache_memory_bytes", "dtype": "dtype",
         "enable_sleep_mode": "enable_sleep_mode", "snapshot_device": "snapshot.device",
-        "push_bucket_bytes": "push_bucket_bytes",
+        "push_bucket_bytes": "push_bucket_bytes", "tensor_parallel_size": "tensor_parallel_size",
     },
     "ScalarRMReward": {"model": "name", "dtype": "dtype", "device": "device"},
     "JudgeReward": {"model": "name", "dtype": "dtype", "device": "device"},

@@ -62,8 +62,11 @@ from lit_rlhf.rollout.vllm_support import (
     _sampling_params,
     check_engine_dtype,
     check_push_bucket_bytes,
+    check_tensor_parallel_size,
+    llm_arguments,
     resolve_engine_dtype,
 )
+from lit_rlhf.rollout.vllm_tp import Request, TensorParallelGroup
 from lit_rlhf.rollout.weight_sync import (
     WeightSnapshot,
     is_full_update,
@@ -118,8 +121,11 @@ class VLLMGenerationEngine:
             or ``float16``. The pushed weights are cast to it (the change detection compares the
             policy's own dtype). A float32 policy sampled in float32 on a GPU loses
             FlashAttention and tensor cores and halves the KV cache.
-        llm_kwargs: further ``vllm.LLM`` arguments (e.g. ``tensor_parallel_size``; not
-            ``dtype``, which is the ``dtype`` argument).
+        llm_kwargs: further ``vllm.LLM`` arguments (not ``dtype`` or ``tensor_parallel_size``,
+            which are arguments here).
+        tensor_parallel_size: ``k`` > 1 makes each group of ``k`` consecutive training ranks one
+            vLLM engine (vLLM's external launcher, each rank holding ``1/k`` of its weights);
+            each rank still generates for its own prompts (:mod:`lit_rlhf.rollout.vllm_tp`).
 
     Its log-probs come from vLLM's own kernels (``separate_numerics``), so they differ from the
     trainer's forward pass: ``PPOModule(mismatch_correction="auto")`` corrects the gradient with
@@ -150,6 +156,7 @@ class VLLMGenerationEngine:
         snapshot_device: str | None = "cpu",
         dtype: str = "auto",
         llm_kwargs: dict[str, Any] | None = None,
+        tensor_parallel_size: int = 1,
     ) -> None:
         if not vllm_installed():  # at config time, not after the models have loaded
             raise ImportError(_INSTALL_VLLM)
@@ -161,6 +168,7 @@ class VLLMGenerationEngine:
         if sync_timeout_s <= 0:
             raise ValueError(f"sync_timeout_s must be > 0, got {sync_timeout_s}")
         check_engine_dtype(dtype, llm_kwargs)
+        check_tensor_parallel_size(tensor_parallel_size, llm_kwargs)
         check_push_bucket_bytes(push_bucket_bytes)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
@@ -179,6 +187,8 @@ class VLLMGenerationEngine:
         self.dtype = dtype
         self.engine_dtype: torch.dtype | None = None  # resolved when vLLM is created
         self.llm_kwargs = dict(llm_kwargs or {})
+        self.tensor_parallel_size = tensor_parallel_size
+        self._tp: TensorParallelGroup | None = None  # built with the engine
         self.llm: Any = None
         self.snapshot = WeightSnapshot(snapshot_device)
         self.last_sync_s = 0.0  # duration of the last push (diagnostics)
@@ -212,18 +222,20 @@ class VLLMGenerationEngine:
         llm = self._awake_llm(model)
         budget = call_budget(self.max_new_tokens, max_new_tokens)
         mask = attention_mask.bool()
-        prompts = [  # token ids, left padding stripped
-            {"prompt_token_ids": input_ids[i][mask[i]].tolist()} for i in range(len(input_ids))
+        count = len(input_ids)
+        # sampled: one seed per request from torch's (checkpointed) global generator
+        sampled = self.request_seeds and not greedy
+        seeds = torch.randint(0, 2**31 - 1, (count,)).tolist() if sampled else [None] * count
+        requests = [Request(input_ids[i][mask[i]].tolist(), seeds[i], budget) for i in range(count)]
+        mine = slice(0, count)
+        if self._tp is not None:  # the group's requests, this rank's slice of the outputs
+            requests, mine = self._tp.gather(requests, (greedy, log_probs))
+        params = [
+            _sampling_params(self, tokenizer, greedy, log_probs, seed=r.seed, budget=r.max_tokens)
+            for r in requests
         ]
-        params: Any = _sampling_params(self, tokenizer, greedy, log_probs, budget=budget)
-        if self.request_seeds and not greedy:
-            # one seed per request from torch's (checkpointed) global generator
-            seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist()
-            params = [
-                _sampling_params(self, tokenizer, greedy, log_probs, seed=s, budget=budget)
-                for s in seeds
-            ]
-        outputs = llm.generate(prompts, params, use_tqdm=False)
+        prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in requests]
+        outputs = llm.generate(prompts, params, use_tqdm=False)[mine]
         response_ids, chosen = _pad_outputs(outputs, tokenizer.pad_token_id, log_probs)
         response_ids = response_ids.to(input_ids.device)
         response_mask = response_mask_from_eos(response_ids, tokenizer.eos_token_id)
@@ -376,18 +388,9 @@ class VLLMGenerationEngine:
                 "config._name_or_path. Fix: pass `model:` (a folder or hub id) to the engine."
             )
         self.engine_dtype = resolve_engine_dtype(self.dtype, next(model.parameters()))
-        kwargs: dict[str, Any] = dict(
-            model=str(path),
-            dtype=str(self.engine_dtype).removeprefix("torch."),
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            kv_cache_memory_bytes=self.kv_cache_memory_bytes,
-            max_model_len=self.max_model_len,
-            enforce_eager=self.enforce_eager,
-            enable_sleep_mode=self.enable_sleep_mode,
-            seed=self.seed,
-            logprobs_mode="processed_logprobs",  # tempered; see the module docstring
-            generation_config="vllm",  # ignore the folder's sampling defaults, as HF engine does
-        )
-        kwargs.update(self.llm_kwargs)
+        kwargs = llm_arguments(self, str(path))
+        if self.tensor_parallel_size > 1:
+            self._tp = self._tp or TensorParallelGroup(self.tensor_parallel_size)
+            kwargs.update(self._tp.llm_arguments(self.seed))
         with _rng_preserved():
             return LLM(**kwargs)

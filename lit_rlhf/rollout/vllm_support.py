@@ -50,6 +50,25 @@ def check_engine_dtype(dtype: str, llm_kwargs: dict[str, Any] | None) -> None:
         )
 
 
+def check_tensor_parallel_size(size: int, llm_kwargs: dict[str, Any] | None) -> None:
+    """Refuse a tensor-parallel size below 1, and the external launcher's arguments in
+    ``llm_kwargs`` (the engine sets them from ``tensor_parallel_size``)."""
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(
+            f"VLLMGenerationEngine tensor_parallel_size must be an int >= 1, got {size!r}. Fix: "
+            "1 (one engine per rank) or the number of ranks that share one engine."
+        )
+    taken = sorted(
+        {"tensor_parallel_size", "distributed_executor_backend", "data_parallel_size"}
+        & set(llm_kwargs or {})
+    )
+    if taken:
+        raise ValueError(
+            f"VLLMGenerationEngine llm_kwargs sets {', '.join(taken)}. Fix: set the engine's "
+            "own `tensor_parallel_size:` instead (it sets vLLM's external launcher up)."
+        )
+
+
 def resolve_engine_dtype(dtype: str, parameter: Tensor) -> torch.dtype:
     """The dtype vLLM runs in: ``dtype``, or for ``auto`` bfloat16 when the policy's
     ``parameter`` is on a CUDA device, else the parameter's dtype."""
@@ -197,3 +216,21 @@ def _quiet(names: tuple[str, ...]) -> Iterator[None]:
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
+
+
+def llm_arguments(engine: Any, path: str) -> dict[str, Any]:
+    """``vllm.LLM`` arguments of a colocated ``engine`` (its settings, then its ``llm_kwargs``)
+    for the model folder or hub id ``path``."""
+    return {
+        "model": path,
+        "dtype": str(engine.engine_dtype).removeprefix("torch."),
+        "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "kv_cache_memory_bytes": engine.kv_cache_memory_bytes,
+        "max_model_len": engine.max_model_len,
+        "enforce_eager": engine.enforce_eager,
+        "enable_sleep_mode": engine.enable_sleep_mode,
+        "seed": engine.seed,
+        "logprobs_mode": "processed_logprobs",  # tempered; see lit_rlhf.rollout.vllm
+        "generation_config": "vllm",  # ignore the folder's sampling defaults, as HF engine does
+        **engine.llm_kwargs,
+    }

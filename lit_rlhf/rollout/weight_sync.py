@@ -4,7 +4,8 @@ which groups and buckets, what changed since the last push, and a deadline for t
 :func:`weight_buckets` walks the weights an engine serves (:func:`served_parameters`: the
 policy's names, a LoRA policy's adapters merged) in buckets of whole decoder blocks of about
 ``budget_bytes`` each. Per bucket it gathers once (under ZeRO-3 one ``gathered(*params)`` for all
-of the bucket's parameters: a collective every rank enters in the same order), copies the tensors
+of the bucket's parameters; under FSDP2 each sharded parameter's ``full_tensor()``: collectives
+every rank enters in the same order), copies the tensors
 out (cast to the engine's dtype), releases the gather and only then yields the bucket, so a rank
 that sends never waits inside a gather its peers have already left.
 
@@ -33,6 +34,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 from lit_rlhf.models.lora import is_lora, served_parameters
 from lit_rlhf.models.partitioned import gathered
@@ -77,6 +79,8 @@ class WeightSnapshot:
         """Whether ``value`` (full-size: gathered by the caller) differs from the copy of
         ``name`` (True when there is none); the copy is brought up to date."""
         value = value.detach()
+        if isinstance(value, DTensor):  # FSDP2: gathered in full (a collective)
+            value = value.full_tensor()
         old = self.tensors.get(name)
         if old is None or old.shape != value.shape or old.dtype != value.dtype:
             self.tensors[name] = value.to(self.device or value.device, copy=True)
@@ -164,7 +168,8 @@ def weight_buckets(
         tensors = [t for block in group for _, t in block]
         phase(f"gathering {len(tensors)} tensors from {group[0][0][0]!r} to {group[-1][-1][0]!r}")
         with torch.no_grad(), gathered(*tensors):
-            out = [_copy(b, dtype, target) for b in group if _changed(b, snapshot)]
+            full = [_full(block) for block in group]  # FSDP2: a collective, in the same order
+            out = [_copy(b, dtype, target) for b in full if _changed(b, snapshot)]
         # the gather is released: only now may a bucket be sent
         if snapshot is None:
             count += 1
@@ -244,6 +249,11 @@ def _changed(block: Block, snapshot: WeightSnapshot | None) -> bool:
     if snapshot is None:
         return True
     return any([snapshot.refresh(name, tensor) for name, tensor in block])
+
+
+def _full(block: Block) -> Block:
+    """The block with FSDP2's sharded parameters (DTensors) gathered in full on every rank."""
+    return [(n, t.full_tensor() if isinstance(t, DTensor) else t) for n, t in block]
 
 
 def _copy(block: Block, dtype: torch.dtype | None, device: torch.device | None) -> Block:

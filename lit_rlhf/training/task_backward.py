@@ -22,7 +22,8 @@ it), and DeepSpeed's bucketing, clipping and step run unchanged; ``safe_get_full
 reads ``g`` back. ZeRO-3 is refused (it partitions the parameters themselves, so
 ``autograd.grad`` has no full tensors to differentiate; the message says what a ZeRO-3 version
 needs), and so is fp16 (the per-task backward runs outside DeepSpeed's loss scaler; bf16 and
-fp32 need none). Memory: every rank holds each task's gradient WHOLE in float32 (not
+fp32 need none). FSDP2 is refused too (its backward is a collective per block, so ranks holding
+different tasks would diverge). Memory: every rank holds each task's gradient WHOLE in float32 (not
 partitioned, under DDP and ZeRO-1/2 alike), see ``ModularGradientSurgery``'s fit-start check.
 """
 
@@ -38,12 +39,23 @@ from lightning import LightningModule
 from torch import Tensor
 
 from lit_rlhf.strategies import is_deepspeed, start_micro_batch
+from lit_rlhf.strategies.fsdp2 import is_fsdp2
 
 MicroBatch = TypeVar("MicroBatch")
 
 
 def check_task_backward_supported(strategy: Any, who: str) -> None:
     """A clear error, at setup, for a strategy the per-task backward does not support."""
+    if is_fsdp2(strategy):
+        raise NotImplementedError(
+            f"{who} needs one gradient per task, and under FSDP2 every backward is a collective "
+            "(each block's gradients are reduce-scattered over the ranks), so a task that one "
+            "rank holds and another does not leaves the ranks in different collectives. Per-task "
+            "backwards over the union of tasks (zero-weight on ranks without the task) with "
+            "PCGrad on the gradient shards (all-reduced inner products) would do it and are not "
+            "implemented (docs/multidomain.md). Fix: use strategy ddp or DeepSpeed ZeRO-1/2 "
+            "(configs/trainer/deepspeed_zero2.yaml)."
+        )
     if not is_deepspeed(strategy):
         return
     if strategy.zero_stage_3:

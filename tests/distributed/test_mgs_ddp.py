@@ -35,7 +35,9 @@ def _assert_equal_on_both_ranks(
     return single
 
 
-@pytest.mark.parametrize("granularity", ["tensor", "global"])
+@pytest.mark.parametrize(
+    "granularity", ["tensor", pytest.param("global", marks=pytest.mark.slow)]
+)  # the global case, 20 s, in -m slow
 def test_ddp_surgery_equals_one_process_on_all_data(granularity: str, tmp_path: Path) -> None:
     single = _assert_equal_on_both_ranks("ddp", granularity, tmp_path)
     authors = list(_run("authors", granularity, tmp_path).values())

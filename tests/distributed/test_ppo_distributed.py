@@ -63,7 +63,9 @@ def test_zero3_two_processes_match_one(single_process, tmp_path):
     assert run["strategy"] == "CPUDeepSpeedStrategy" and run["world_size"] == 2
 
 
-@pytest.mark.parametrize("kind", ["zero2", "zero3"])
+@pytest.mark.parametrize(
+    "kind", [pytest.param("zero2", marks=pytest.mark.slow), "zero3"]
+)  # ZeRO-2's case, 31 s, in -m slow
 def test_save_and_resume_continue_like_one_uninterrupted_process(single_process, tmp_path, kind):
     ckpt = tmp_path / "epoch0.ckpt"
     first = run_ppo(tmp_path, "first", kind, 2, "--epochs", "1", "--save-checkpoint", str(ckpt))

@@ -30,6 +30,7 @@ def _export(tmp: Path, stage: int) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+@pytest.mark.slow  # 22 s; the reward model's export (test_rm_export.py) runs the same path in CI
 def test_zero3_export_gathers_the_same_weights_as_zero2(tmp_path: Path) -> None:
     zero3, zero2 = _export(tmp_path, 3), _export(tmp_path, 2)
     assert zero3.keys() == zero2.keys()

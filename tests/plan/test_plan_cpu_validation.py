@@ -144,8 +144,14 @@ def check(results: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("case", "ranks"), [("ppo_critic", 1), ("grm", 1), ("mgs", 1), ("zero2", 2), ("zero3", 2)]
-)
+    ("case", "ranks"),
+    # in make test: ZeRO-3 on 2 processes (the case the plan divides most); the rest: -m slow
+    [pytest.param("ppo_critic", 1, marks=pytest.mark.slow),
+     pytest.param("grm", 1, marks=pytest.mark.slow),
+     pytest.param("mgs", 1, marks=pytest.mark.slow),
+     pytest.param("zero2", 2, marks=pytest.mark.slow),
+     ("zero3", 2)],
+)  # fmt: skip
 def test_update_peak_within_25_percent(case: str, ranks: int, tmp_path: Path) -> None:
     out = tmp_path / case
     run_python("-m", "tests.distributed.run_plan_measure", case, str(out), timeout=900)

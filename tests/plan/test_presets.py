@@ -231,3 +231,17 @@ def test_a_server_engine_takes_vllm_off_the_training_gpus() -> None:
     engine_args(config)["push"] = "nccl"
     pushed = preset_plan(config)
     assert pushed.peaks["rollout"] == served.peaks["rollout"] + (1 << 30)
+
+
+def test_tensor_parallel_vllm_holds_a_share_of_the_weights_per_gpu() -> None:
+    """A tensor-parallel colocated engine (``tensor_parallel_size: 2``: two ranks are one vLLM)
+    holds half of the served weights on each GPU, beside its own KV cache."""
+    config = composed("consistrm_qwen3-8b")
+    engine_args(config)["kv_cache_memory_bytes"] = 8 * GiB
+    alone = preset_plan(config)
+    engine_args(config)["tensor_parallel_size"] = 2
+    shared = preset_plan(config)
+    vllm = [sum(i.bytes for i in p.items if i.kind == "engine") for p in (alone, shared)]
+    weights = vllm[0] - 8 * GiB  # the bf16 policy, as vLLM serves it
+    assert weights > 15 * GiB and vllm[1] == 8 * GiB + weights // 2
+    assert any("tensor_parallel_size 2" in i.note for i in shared.items)

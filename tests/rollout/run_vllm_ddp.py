@@ -1,7 +1,8 @@
 """``python -m tests.rollout.run_vllm_ddp OUT [CLI ARGS...]``: ``lit-rlhf fit`` of the tiny vLLM
 config under the DDP fragment (or what CLI ARGS compose after it, e.g. the CPU ZeRO-3 fragment),
 then, on every rank, greedy output of that rank's vLLM engine against transformers on the trained
-policy; each rank writes ``OUT.rank<r>.json``.
+policy, for prompts of its own (rank 0 three, rank 1 one: a tensor-parallel group must hand each
+rank back exactly its own); each rank writes ``OUT.rank<r>.json``.
 
 Run from the repository root: Lightning's ddp launcher re-runs this command line for rank 1.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from lit_rlhf.cli import cli_main
 from lit_rlhf.models.partitioned import gathered
@@ -42,13 +44,17 @@ def main(out: str, extra: list[str]) -> None:
     )
     module = cli.model
     engine, policy, tokenizer = module.engine, module.policy, module.tokenizer
-    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    # FSDP2: read before the forwards below (the root's parameters stay unsharded after one)
+    sharded = all(isinstance(p, DTensor) for p in policy.parameters())
+    own = PROMPTS[:3] if dist.get_rank() == 0 else PROMPTS[3:]
+    batch = tokenizer(own, return_tensors="pt", padding=True)
     hf = HFGenerationEngine(max_new_tokens=engine.max_new_tokens)
     ref = hf.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
     got = engine.generate(policy, batch.input_ids, batch.attention_mask, tokenizer, greedy=True)
     diff = (got.log_probs - ref.log_probs)[got.response_mask].abs().max()
     with gathered(*policy.parameters()):  # ZeRO-3: full-size (a collective), else a no-op
-        weights = torch.cat([p.detach().flatten() for p in policy.parameters()])
+        full = [p.full_tensor() if isinstance(p, DTensor) else p for p in policy.parameters()]
+        weights = torch.cat([p.detach().flatten() for p in full])
     result = {
         "rank": dist.get_rank(),
         "world_size": dist.get_world_size(),
@@ -56,6 +62,11 @@ def main(out: str, extra: list[str]) -> None:
         "last_sync_tensors": engine.last_sync_tensors,
         "last_sync_buckets": engine.last_sync_buckets,
         "partitioned": hasattr(next(policy.parameters()), "ds_id"),
+        "sharded": sharded,
+        "strategy": type(cli.trainer.strategy).__name__,
+        "tensor_parallel_size": engine.tensor_parallel_size,
+        "prompts": len(own),
+        "responses": len(got.response_ids),
         "n_params": len(list(policy.parameters())),
         "tokens_equal": bool(torch.equal(got.response_ids, ref.response_ids)),
         "max_log_prob_diff": float(diff),

@@ -1,0 +1,48 @@
+"""FSDP2 on one CUDA GPU (run by scripts/gpu_check.sh, step 3): the tiny Countdown config under
+``configs/trainer/fsdp2.yaml`` (NCCL, bf16-mixed, a world of one) trains two steps and writes a
+distributed-checkpoint folder per step; a resume from the first continues to a third step, and
+``lit-rlhf export`` turns the last folder into a transformers model that loads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.distributed.launch import run_python
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def test_fsdp2_fragment_trains_resumes_and_exports_on_one_gpu(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    fit = [
+        "-m", "lit_rlhf.cli", "fit",
+        "--config", "configs/ppo/countdown_tiny.yaml",
+        "--config", "configs/trainer/fsdp2.yaml",
+        "--trainer.devices=1",
+        f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+        "--trainer.limit_val_batches=0",
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        f"--trainer.callbacks.dirpath={tmp_path / 'ckpt'}",
+        "--trainer.callbacks.every_n_train_steps=1",
+        "--trainer.callbacks.save_top_k=-1",
+    ]  # fmt: skip
+    output = run_python(*fit, "--trainer.max_steps=2")
+    assert "distributed_backend=nccl" in output
+    first = tmp_path / "ckpt" / "epoch=0-step=1.ckpt"
+    assert (first / ".metadata").is_file() and (tmp_path / "ckpt" / "epoch=0-step=2.ckpt").is_dir()
+    run_python(*fit, "--trainer.max_steps=3", f"--ckpt_path={first}")
+    last = tmp_path / "ckpt" / "epoch=0-step=3.ckpt"
+    assert (last / ".metadata").is_file()
+    out = tmp_path / "export"
+    run_python(
+        "-m", "lit_rlhf.cli", "export", "--config", "configs/ppo/countdown_tiny.yaml",
+        f"--ckpt_path={last}", f"--out={out}",
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert sum(p.numel() for p in model.parameters()) > 0
