@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first thing to run whenever a GPU is lent: one command of at most 9 min on one H200 with no
+# The first thing to run whenever a GPU is lent: one command of at most 8 min on one H200 with no
 # network and no vLLM (image: torch 2.11, transformers 5.17, pytorch-lightning 2.6.6, accelerate,
 # peft). Every other package travels as wheels in $WHEELS (default dist/wheels, git-ignored: carry
 # it), 7.2 MB: jsonargparse==4.53.0 docstring_parser==0.18.0 typeshed_client==2.15.0 datasets==5.2.0
@@ -9,7 +9,7 @@
 # --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d
 # dist/wheels NAME==VERSION ...`) and deepspeed==0.19.8 built here (2.1 MB; `DS_BUILD_OPS=0 pip
 # wheel deepspeed==0.19.8 --no-deps -w dist/wheels`). datasets 5.2 needs pyarrow >= 24: step 1
-# prints the image's. Steps (timeouts: 40 + 4 x 60 + 150 + 100 = 530 s):
+# prints the image's. Steps (timeouts: 40 + 4 x 60 + 120 + 80 = 480 s):
 #   1. the wheels installed (--no-index, into /tmp/site), the GPU's name and memory;
 #   2. `python -m lit_rlhf.measure` on this window's presets (WINDOW=1..3, below; a preset's
 #      update on synthetic full-length rollouts and random weights, no generation): one JSON each
@@ -59,8 +59,8 @@ want 2 && for preset in "${PRESETS[@]}"; do
     --out "$DIR/measure_$name.json" || status=1
 done
 want 3 && { echo "## gpu tests"
-  timeout 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/gpu || status=1; }
+  timeout 120 $PY -m pytest -q -m gpu -p no:cacheprovider tests/gpu || status=1; }
 want 4 && { echo "## preset dry runs on the GPU"
-  LIT_RLHF_DRY_RUN_DEVICE=gpu timeout 100 $PY -m pytest -q -rs -p no:cacheprovider \
+  LIT_RLHF_DRY_RUN_DEVICE=gpu timeout 80 $PY -m pytest -q -rs -p no:cacheprovider \
     tests/test_preset_dry_run.py::test_preset_dry_run || status=1; }
 exit $status

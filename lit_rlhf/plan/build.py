@@ -203,11 +203,14 @@ def add_surgery(ctx: Context, trainable: int) -> None:
     # rest of the combination (the last copy and the sum) comes after it, once the activations
     # are freed: a transient beside the micro-batch's
     held = n if ctx.strategy.kind == "deepspeed" else n - 1
+    # FSDP2: each rank keeps its shard of every domain's gradient (PCGrad on the shards)
+    share = ctx.world if ctx.strategy.kind == "fsdp" else 1
+    where = ("1/world on every GPU (FSDP2 shards)" if share > 1
+             else "full on every GPU, not sharded (docs/multidomain.md)")  # fmt: skip
     ctx.add(Item(f"gradient surgery: {n} domain gradients, {held} held through the last "
-                 "backward (float32)", held * 4 * trainable, "update", "buffer",
-                 "full on every GPU, not sharded (docs/multidomain.md)"),
+                 "backward (float32)", held * 4 * trainable // share, "update", "buffer", where),
             Item("gradient surgery: the rest of the combination (float32)",
-                 (n + 1 - held) * 4 * trainable, "update", "buffer",
+                 (n + 1 - held) * 4 * trainable // share, "update", "buffer",
                  "after the last backward, with the domains' sum", transient=True))  # fmt: skip
 
 

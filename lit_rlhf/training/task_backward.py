@@ -22,9 +22,13 @@ it), and DeepSpeed's bucketing, clipping and step run unchanged; ``safe_get_full
 reads ``g`` back. ZeRO-3 is refused (it partitions the parameters themselves, so
 ``autograd.grad`` has no full tensors to differentiate; the message says what a ZeRO-3 version
 needs), and so is fp16 (the per-task backward runs outside DeepSpeed's loss scaler; bf16 and
-fp32 need none). FSDP2 is refused too (its backward is a collective per block, so ranks holding
-different tasks would diverge). Memory: every rank holds each task's gradient WHOLE in float32 (not
-partitioned, under DDP and ZeRO-1/2 alike), see ``ModularGradientSurgery``'s fit-start check.
+fp32 need none). Under FSDP2 every forward and backward is a collective, so each task's backward
+runs on every rank the same number of times (zero-weighted micro-batches where a rank holds
+fewer, contributing zeros as a missing task does under DDP); FSDP2's reduce-scatter averages the
+task's gradient over the ranks, each rank keeps its float32 shard, and PCGrad runs on the shards
+(``ModularGradientSurgery`` sums the inner products over the ranks). Memory: every rank holds
+each task's gradient WHOLE in float32 under DDP and ZeRO-1/2 (1/world of it under FSDP2), see
+``ModularGradientSurgery``'s fit-start check.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import torch
 import torch.distributed as dist
 from lightning import LightningModule
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 from lit_rlhf.strategies import is_deepspeed, start_micro_batch
 from lit_rlhf.strategies.fsdp2 import is_fsdp2
@@ -46,16 +51,6 @@ MicroBatch = TypeVar("MicroBatch")
 
 def check_task_backward_supported(strategy: Any, who: str) -> None:
     """A clear error, at setup, for a strategy the per-task backward does not support."""
-    if is_fsdp2(strategy):
-        raise NotImplementedError(
-            f"{who} needs one gradient per task, and under FSDP2 every backward is a collective "
-            "(each block's gradients are reduce-scattered over the ranks), so a task that one "
-            "rank holds and another does not leaves the ranks in different collectives. Per-task "
-            "backwards over the union of tasks (zero-weight on ranks without the task) with "
-            "PCGrad on the gradient shards (all-reduced inner products) would do it and are not "
-            "implemented (docs/multidomain.md). Fix: use strategy ddp or DeepSpeed ZeRO-1/2 "
-            "(configs/trainer/deepspeed_zero2.yaml)."
-        )
     if not is_deepspeed(strategy):
         return
     if strategy.zero_stage_3:
@@ -92,12 +87,17 @@ def task_backward(
     trainer = module.trainer
     strategy = trainer.strategy
     check_task_backward_supported(strategy, type(hook).__name__)
-    params = {name: p for name, p in module.named_parameters() if p.requires_grad}
+    params = _trainable(module)
     by_task: dict[str, list[MicroBatch]] = {}
     for micro in micro_batches:
         by_task.setdefault(str(task_of(micro)), []).append(micro)
     grads_by_task: dict[str, dict[str, Tensor]] = {}
-    for task in _union_across_ranks(sorted(by_task)):
+    if is_fsdp2(strategy):  # each rank's shards; FSDP2's reduce-scatter averaged them
+        for task, most in _most_across_ranks({t: len(m) for t, m in by_task.items()}).items():
+            grads_by_task[task] = _sharded_task_gradient(
+                module, optimizer, by_task.get(task, []), most, micro_batches[0], loss_fn
+            )
+    for task in [] if grads_by_task else _union_across_ranks(sorted(by_task)):
         if is_deepspeed(strategy):
             flat = _autograd_task_gradient(by_task.get(task, []), loss_fn, params)
         else:
@@ -106,6 +106,13 @@ def task_backward(
     combined, stats = hook.combine_task_gradients(trainer, module, grads_by_task)
     if is_deepspeed(strategy):
         _deepspeed_backward_of(module, combined, params)
+    elif is_fsdp2(strategy):  # the sharded parameters (a forward leaves the root unsharded)
+        for name, param in _trainable(module).items():
+            sharded: Any = param  # a DTensor parameter
+            param.grad = DTensor.from_local(
+                combined[name].detach().to(param.dtype), sharded.device_mesh,
+                sharded.placements, shape=param.shape, stride=param.stride(),
+            )  # fmt: skip
     else:
         for name, param in params.items():
             param.grad = combined[name].detach().to(param.dtype).reshape(param.shape).clone()
@@ -127,6 +134,37 @@ def _backward_task_gradient(
             module.manual_backward(loss_fn(micro))
     params = [p for p in module.parameters() if p.requires_grad]
     return torch.cat([_grad(p).reshape(-1).float() for p in params])
+
+
+def _sharded_task_gradient(
+    module: LightningModule,
+    optimizer: Any,
+    micro_batches: Sequence[MicroBatch],
+    count: int,
+    stand_in: MicroBatch,
+    loss_fn: Callable[[MicroBatch], Tensor],
+) -> dict[str, Tensor]:
+    """One task's gradient under FSDP2: this rank's float32 shard of it, averaged over the
+    ranks by FSDP2's reduce-scatter. Every forward and backward is a collective, so every rank
+    runs ``count`` of them (the most any rank holds for the task): a rank with fewer adds
+    zero-weighted backwards of ``stand_in``, which contribute zeros (as a missing task does
+    under DDP)."""
+    optimizer.zero_grad()
+    for index in range(count):
+        if index < len(micro_batches):
+            module.manual_backward(loss_fn(micro_batches[index]))
+        else:
+            module.manual_backward(loss_fn(stand_in) * 0.0)
+    shards: dict[str, Tensor] = {}
+    for name, param in _trainable(module).items():  # resharded after the backward
+        held: Any = param.grad if param.grad is not None else param
+        local = held.to_local() if isinstance(held, DTensor) else held
+        shards[name] = (local if param.grad is not None else torch.zeros_like(local)).float()
+    return {name: shard.detach().clone() for name, shard in shards.items()}
+
+
+def _trainable(module: LightningModule) -> dict[str, Tensor]:
+    return {name: p for name, p in module.named_parameters() if p.requires_grad}
 
 
 def _autograd_task_gradient(
@@ -182,6 +220,16 @@ def _union_across_ranks(tasks: list[str]) -> list[str]:
     gathered: list[list[str] | None] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, tasks)
     return sorted({t for ranks in gathered for t in ranks or []})
+
+
+def _most_across_ranks(counts: dict[str, int]) -> dict[str, int]:
+    """Per task (sorted; the union over ranks), the most micro-batches any rank holds."""
+    if not _distributed():
+        return dict(sorted(counts.items()))
+    gathered: list[dict[str, int] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, counts)
+    tasks = sorted({t for ranks in gathered for t in ranks or {}})
+    return {t: max((ranks or {}).get(t, 0) for ranks in gathered) for t in tasks}
 
 
 def _mean_across_ranks(flat: Tensor) -> Tensor:

@@ -1,14 +1,15 @@
 """One MGS optimizer step of tests/mgs_fixtures.TaskModule, written to OUT as the final weights:
 
-    python -m tests.distributed.run_mgs single|ddp|zero1|zero2|zero3|authors GRANULARITY OUT
+    python -m tests.distributed.run_mgs single|ddp|fsdp2|zero1|zero2|zero3|authors GRANULARITY OUT
 
 ``single``: one process, all eight rows. ``ddp``: Lightning DDP on 2 CPU processes (gloo), four
-rows each. ``zero1`` / ``zero2``: the same under DeepSpeed ZeRO-1 / ZeRO-2 (the CPU DeepSpeed
-strategy; ZeRO-1/2 keep the full parameters on every rank). ``zero3``: expected to be refused
-at setup (the refusal message is written to OUT.refused). ``authors``: 2 processes that average
-the gradients across ranks BEFORE splitting them by domain (each rank's k-th domain slot
-averaged with the other rank's k-th, whatever the domains are), the order of the authors' code,
-then the same surgery and SGD step.
+rows each. ``fsdp2``: FSDP2 on 2 CPU processes, the network sharded (each rank holds half of
+every parameter and of every domain's gradient). ``zero1`` / ``zero2``: the same under DeepSpeed
+ZeRO-1 / ZeRO-2 (the CPU DeepSpeed strategy; ZeRO-1/2 keep the full parameters on every rank).
+``zero3``: expected to be refused at setup (the refusal message is written to OUT.refused).
+``authors``: 2 processes that average the gradients across ranks BEFORE splitting them by domain
+(each rank's k-th domain slot averaged with the other rank's k-th, whatever the domains are),
+the order of the authors' code, then the same surgery and SGD step.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import lightning as L
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.tensor import DTensor
 
 from lit_rlhf.algos.gradient_surgery import group_parameters, surgery
 from lit_rlhf.callbacks import ModularGradientSurgery
-from lit_rlhf.strategies import CPUDeepSpeedStrategy, shutdown_distributed
+from lit_rlhf.strategies import CPUDeepSpeedStrategy, FSDP2Strategy, shutdown_distributed
+from lit_rlhf.training.sharding import shard_networks
 from tests.mgs_fixtures import TaskData, TaskModule, loader
 
 SEED = 7
@@ -34,11 +37,21 @@ SEED = 7
 def _strategy(mode: str) -> Any:
     if mode.startswith("zero"):
         return CPUDeepSpeedStrategy(stage=int(mode[-1]))
+    if mode == "fsdp2":
+        return FSDP2Strategy()
     return "ddp" if mode == "ddp" else "auto"
 
 
+class ShardedTaskModule(TaskModule):
+    """The fixture's module with its network sharded under FSDP2 (as lit-rlhf's modules do in
+    ``configure_model``)."""
+
+    def configure_model(self) -> None:
+        shard_networks(self.trainer.strategy, self.net)
+
+
 def lightning_step(mode: str, granularity: str, out: Path) -> None:
-    module = TaskModule()
+    module = ShardedTaskModule() if mode == "fsdp2" else TaskModule()
     trainer = L.Trainer(
         accelerator="cpu", devices=1 if mode == "single" else 2,
         strategy=_strategy(mode), max_steps=1, logger=False,
@@ -47,6 +60,10 @@ def lightning_step(mode: str, granularity: str, out: Path) -> None:
     )  # fmt: skip
     try:
         trainer.fit(module, loader(batch_size=8 if mode == "single" else 4))
+        weights = {  # FSDP2: gathered in full (a collective, before the group goes)
+            n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+            for n, p in module.named_parameters()
+        }
     except NotImplementedError as refused:
         if mode != "zero3":
             raise
@@ -54,7 +71,6 @@ def lightning_step(mode: str, granularity: str, out: Path) -> None:
         return
     finally:
         shutdown_distributed()
-    weights = {n: p.detach().clone() for n, p in module.named_parameters()}
     torch.save(weights, out.with_suffix(f".rank{trainer.global_rank}.pt"))
 
 

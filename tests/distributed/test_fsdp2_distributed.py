@@ -98,7 +98,8 @@ def test_fsdp2_checkpoint_resumes_like_one_uninterrupted_process(tiny_model_dir,
      "configs/compressor/tiny.yaml", "configs/grm/rft_tiny.yaml",
      # LoRA (the peft-wrapped model its own unit: peft's generate bypasses the wrapper) and
      # TRE (the exploration callbacks read the policy's logits, not its parameters)
-     "configs/ppo/countdown_lora_tiny.yaml", "configs/ppo/countdown_tre_tiny.yaml"],
+     "configs/ppo/countdown_lora_tiny.yaml", "configs/ppo/countdown_tre_tiny.yaml",
+     "configs/ppo/multidomain_tiny.yaml"],  # MGS on gradient shards
 )  # fmt: skip
 def test_other_modules_run_under_the_cpu_fsdp2_fragment(config, tiny_model_dir, tmp_path):
     # about 15 s each: one training and one validation batch on 2 processes (runs only; the

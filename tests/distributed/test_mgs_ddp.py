@@ -45,6 +45,13 @@ def test_ddp_surgery_equals_one_process_on_all_data(granularity: str, tmp_path: 
     assert worst > 1e-3, f"averaging before splitting should change the step (max diff {worst})"
 
 
+def test_fsdp2_surgery_on_gradient_shards_equals_one_process_on_all_data(tmp_path: Path) -> None:
+    # each rank holds half of every parameter and of every domain's gradient, and one domain
+    # fewer than the other: PCGrad's inner products are summed over the ranks, the padding
+    # backwards keep the collectives in step
+    _assert_equal_on_both_ranks("fsdp2", "module", tmp_path)
+
+
 @pytest.mark.parametrize("mode", ["zero1", "zero2"])
 def test_deepspeed_surgery_equals_one_process_on_all_data(mode: str, tmp_path: Path) -> None:
     _assert_equal_on_both_ranks(mode, "module", tmp_path)

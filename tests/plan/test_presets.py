@@ -245,3 +245,16 @@ def test_tensor_parallel_vllm_holds_a_share_of_the_weights_per_gpu() -> None:
     weights = vllm[0] - 8 * GiB  # the bf16 policy, as vLLM serves it
     assert weights > 15 * GiB and vllm[1] == 8 * GiB + weights // 2
     assert any("tensor_parallel_size 2" in i.note for i in shared.items)
+
+
+def test_mgs_7b_fits_8_x_80_gb_under_fsdp2_with_the_domain_gradients_sharded() -> None:
+    """Under FSDP2 every rank keeps 1/world of each domain's gradient (PCGrad on the shards),
+    and the weights, gradients and Adam states are sharded too: the preset ZeRO-2 cannot hold
+    fits 80 GB GPUs."""
+    config = compose(preset_path("multidomain_mgs_qwen2.5-7b"), "configs/trainer/fsdp2.yaml")
+    plan = preset_plan(config)
+    assert plan.world == 8
+    surgery = sum(i.bytes for i in plan.items if i.kind == "buffer")
+    assert surgery == (3 + 1) * 4 * 7_615_616_512 // 8
+    assert plan.fits and not plan.refused
+    print(f"\nmultidomain_mgs_qwen2.5-7b + fsdp2.yaml\n{format_plan(plan)}")

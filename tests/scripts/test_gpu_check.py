@@ -60,4 +60,4 @@ def test_the_timeouts_fit_one_eight_minute_command() -> None:
     # each step once, the measure step once per preset of the largest window
     total = sum(timeouts) - measure + 4 * measure
     assert total <= 8 * 60, total
-    assert f"timeouts: {' + '.join(['40', '4 x 60', '90', '100'])} = {total} s" in text
+    assert f"timeouts: {' + '.join(['40', '4 x 60', '120', '80'])} = {total} s" in text
