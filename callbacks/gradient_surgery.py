@@ -4,12 +4,15 @@ every optimizer step, PCGrad applied to each parameter group, the projected grad
 Any LightningModule built on :class:`~lit_rlhf.training.OptimizerStep` that names each
 micro-batch's task (``task_of``; ``PPOModule`` uses the rows' ``task``) gets it by adding the
 callback: the core then runs the backward task by task (:mod:`lit_rlhf.training.task_backward`,
-per-domain reduction under DDP and DeepSpeed ZeRO-1/2; ZeRO-3 is refused at setup) and hands the
-per-domain gradients here. ``granularity: global``
-is plain PCGrad, the paper's baseline; mixed RL is training without the callback.
+per-domain reduction under DDP and DeepSpeed ZeRO-1/2, per-domain reduce-scatter under FSDP2;
+ZeRO-3 is refused at setup) and hands the per-domain gradients here (under FSDP2 each rank's
+shards: PCGrad's inner products are summed over the ranks, :mod:`lit_rlhf.algos.sharded_surgery`).
+``granularity: global`` is plain PCGrad, the paper's baseline; mixed RL is training without the
+callback.
 
 Extra memory: one float32 copy of the trainable parameters' gradient per domain present in the
-step (3 domains: 12 bytes per parameter on top of the usual gradient).
+step (3 domains: 12 bytes per parameter on top of the usual gradient; under FSDP2 divided by the
+world size).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from lit_rlhf.algos.gradient_surgery import (
     surgery,
     task_gram,
 )
+from lit_rlhf.algos.sharded_surgery import sharded_surgery
+from lit_rlhf.strategies.fsdp2 import is_fsdp2
 from lit_rlhf.training.task_backward import check_task_backward_supported
 
 
@@ -118,27 +123,37 @@ class ModularGradientSurgery(Callback):
             self._groups = group_parameters(names, self.granularity, self.module_map)
             self._diagnostic_groups = {}
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + trainer.global_step)
+        if is_fsdp2(trainer.strategy):  # shards of every task's gradient: Gram matrices summed
+            return self._combine_shards(trainer, grads_by_task, names, generator)
         if self.apply:
             combined, stats = surgery(grads_by_task, self._groups, generator=generator)
         else:
             combined, stats = _plain_sum(grads_by_task, names), {}
-        cosines = [c for s in stats.values() for c in s.cosine.values()]
-        out = {
-            "domains": torch.tensor(float(len(grads_by_task))),
-            "projections": torch.tensor(
-                sum(s.projections for s in stats.values()) / max(len(stats), 1)
-            ),
-            **_norm_change(grads_by_task, combined),
-        }
-        if cosines:
-            values = torch.tensor(cosines)
-            out.update(
-                cosine_mean=values.mean(),
-                cosine_min=values.min(),
-                conflict_fraction=(values < 0).float().mean(),
-            )
-        out.update(self._diagnose(trainer, grads_by_task, names))
+        out = _summary(grads_by_task, stats, _norm_change(grads_by_task, combined))
+        if self.diagnostics and len(grads_by_task) > 1:  # the Gram matrices only then
+            out.update(self._diagnose(trainer, task_gram(grads_by_task)[1], names))
         return combined, out
+
+    def _combine_shards(
+        self,
+        trainer: Any,
+        grads_by_task: Mapping[str, Mapping[str, Tensor]],
+        names: list[str],
+        generator: torch.Generator,
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """Under FSDP2: this rank's shards combined with PCGrad's weights from the Gram
+        matrices summed over the ranks (:mod:`lit_rlhf.algos.sharded_surgery`)."""
+        assert self._groups is not None
+        device = next(iter(next(iter(grads_by_task.values())).values())).device
+        result = sharded_surgery(
+            grads_by_task, self._groups, reduce=lambda t: _sum_over_ranks(t, device),
+            generator=generator, apply=self.apply,
+        )  # fmt: skip
+        shares = {"removed_share": result.removed_share, "norm_ratio": result.norm_ratio}
+        norms = {k: torch.tensor(v) for k, v in shares.items()}
+        out = _summary(grads_by_task, result.stats if self.apply else {}, norms)
+        out.update(self._diagnose(trainer, result.grams, names))
+        return result.combined, out
 
     def task_labels(
         self, trainer: Any, tasks: Sequence[str], group_ids: Sequence[int]
@@ -152,11 +167,12 @@ class ModularGradientSurgery(Callback):
         return permute_task_labels(tasks, group_ids, generator=generator)
 
     def _diagnose(
-        self, trainer: Any, grads_by_task: Mapping[str, Mapping[str, Tensor]], names: list[str]
+        self, trainer: Any, grams: Mapping[str, Tensor], names: list[str]
     ) -> dict[str, Tensor]:
-        if not self.diagnostics or len(grads_by_task) < 2:
+        """The diagnostic granularities' conflict summaries from the tensors' Gram matrices
+        (whole gradients': summed over ranks under FSDP2)."""
+        if not self.diagnostics or not grams or next(iter(grams.values())).shape[0] < 2:
             return {}
-        _, grams = task_gram(grads_by_task)
         out: dict[str, Tensor] = {}
         for granularity in self.diagnostics:
             if granularity not in self._diagnostic_groups:
@@ -172,6 +188,39 @@ class ModularGradientSurgery(Callback):
                     out[f"{granularity}/{key}"] = torch.tensor(value)
             out[f"{granularity}/undefined_pairs"] = torch.tensor(float(summary.undefined_pairs))
         return out
+
+
+def _summary(
+    grads_by_task: Mapping[str, Any], stats: Mapping[str, Any], norms: dict[str, Tensor]
+) -> dict[str, Tensor]:
+    """The step's logged figures: domains, projections per group, the norm change, and the
+    pairwise cosines' mean, minimum and conflict fraction (when any pair has one)."""
+    cosines = [c for s in stats.values() for c in s.cosine.values()]
+    out = {
+        "domains": torch.tensor(float(len(grads_by_task))),
+        "projections": torch.tensor(
+            sum(s.projections for s in stats.values()) / max(len(stats), 1)
+        ),
+        **norms,
+    }
+    if cosines:
+        values = torch.tensor(cosines)
+        out.update(
+            cosine_mean=values.mean(),
+            cosine_min=values.min(),
+            conflict_fraction=(values < 0).float().mean(),
+        )
+    return out
+
+
+def _sum_over_ranks(tensor: Tensor, device: torch.device) -> Tensor:
+    """``tensor`` summed over the ranks (on ``device``: NCCL reduces CUDA tensors only)."""
+    import torch.distributed as dist
+
+    reduced = tensor.to(device)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(reduced)
+    return reduced.cpu()
 
 
 def _plain_sum(

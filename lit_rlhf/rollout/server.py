@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from lit_rlhf.rollout.agreement import start_on_every_rank
 from lit_rlhf.rollout.base import call_budget, check_sampling_args
 from lit_rlhf.rollout.hf import finish_output, response_mask_from_eos
 from lit_rlhf.rollout.server_client import (
@@ -218,14 +219,9 @@ class VLLMServerEngine:
         """Preflight every server, abort what a previous trainer left running there, and push
         the full weights of ``model`` with label ``weight_version`` (every rank calls it: the
         gathers under ZeRO-3 are collective; rank 0 talks to the servers)."""
-        if _rank() == 0:
-            for client in self.clients:
-                if client.is_paused():  # a trainer that died inside a push leaves it paused
-                    client.resume()
-                aborted = client.abort_all()
-                self.model = preflight(client, self.model)
-                if aborted:
-                    print(f"lit-rlhf: aborted {aborted} requests left on {client.url}")
+        # every rank learns whether rank 0's checks passed (not one rank raising while the
+        # others wait in the push's first gather)
+        start_on_every_rank("the vLLM servers' preflight", self._check_servers)
         self._push(model, full=True)
         self.started = True
         if _rank() == 0:
@@ -235,6 +231,18 @@ class VLLMServerEngine:
                 f"{self.last_sync_s:.2f} s)",
                 flush=True,
             )
+
+    def _check_servers(self) -> None:
+        """Rank 0: resume, abort leftovers on and preflight every server (other ranks: none)."""
+        if _rank() != 0:
+            return
+        for client in self.clients:
+            if client.is_paused():  # a trainer that died inside a push leaves it paused
+                client.resume()
+            aborted = client.abort_all()
+            self.model = preflight(client, self.model)
+            if aborted:
+                print(f"lit-rlhf: aborted {aborted} requests left on {client.url}")
 
     def sync_weights(self, model: nn.Module) -> None:
         """Push the policy's weights (labelled ``weight_version``) into every server; requests

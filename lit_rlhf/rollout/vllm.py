@@ -50,6 +50,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from lit_rlhf.rollout.agreement import start_on_every_rank
 from lit_rlhf.rollout.base import call_budget, check_sampling_args
 from lit_rlhf.rollout.hf import finish_output, response_mask_from_eos
 from lit_rlhf.rollout.vllm_support import (
@@ -170,11 +171,8 @@ class VLLMGenerationEngine:
         check_engine_dtype(dtype, llm_kwargs)
         check_tensor_parallel_size(tensor_parallel_size, llm_kwargs)
         check_push_bucket_bytes(push_bucket_bytes)
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.top_k = max(top_k, 0)
-        self.model = model
+        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.top_k, self.model = max(top_k, 0), model
         self.gpu_memory_utilization = gpu_memory_utilization
         self.kv_cache_memory_bytes = kv_cache_memory_bytes
         self.max_model_len = max_model_len
@@ -355,8 +353,8 @@ class VLLMGenerationEngine:
 
     def _awake_llm(self, model: nn.Module) -> Any:
         self._check_usable()
-        if self.llm is None:
-            self.llm = self._create(model)
+        if self.llm is None:  # every rank learns if the start failed on any
+            self.llm = start_on_every_rank("vLLM's start", lambda: self._create(model))
             self._push(model)
         elif self._asleep:
             self.llm.wake_up()

@@ -10,7 +10,7 @@ the modules build their networks: under this strategy the LightningModule applie
 ``fully_shard`` itself, the strategy does not wrap). Lightning picks gloo on CPU and NCCL on
 CUDA; checkpoints are torch distributed-checkpoint (DCP) folders, written atomically: every rank
 writes into a hidden ``.<name>.partial`` folder beside the target, which replaces the target
-only once all ranks are done (:func:`lit_rlhf.training.checkpoint_io.replace_path`), so a run
+only once all ranks are done (:func:`lit_rlhf.strategies.folders.replace_path`), so a run
 killed during a save leaves the previous checkpoint whole. DCP folders reshard on load: a
 checkpoint written by N ranks resumes on M (weights and optimizer state; the data position as
 :mod:`lit_rlhf.training.loader_position` says) and ``lit-rlhf export`` reads it in one process.
@@ -34,6 +34,8 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 from typing_extensions import override
+
+from lit_rlhf.strategies.folders import remove_path, replace_path
 
 
 class FSDP2Strategy(ModelParallelStrategy):
@@ -69,9 +71,6 @@ class FSDP2Strategy(ModelParallelStrategy):
         checkpoint=False``) is Lightning's, through the CheckpointIO."""
         if not self._save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)
-        # imported here: lit_rlhf.training imports this module (sharding's is_fsdp2)
-        from lit_rlhf.training.checkpoint_io import remove_path, replace_path
-
         path = Path(self.broadcast(str(filepath)))
         staging = path.with_name(f".{path.name}.partial")
         if self.global_rank == 0:

@@ -19,7 +19,7 @@ from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.strategies import DDPStrategy
 
 from lit_rlhf.strategies.preflight import PreflightError, preflight_timeout, run_preflight
-from tests.distributed.launch import REPO
+from tests.distributed.launch import REPO, run_python
 
 pytestmark = pytest.mark.distributed
 
@@ -180,3 +180,15 @@ def test_preflight_timeout_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("LIT_RLHF_PREFLIGHT_TIMEOUT_S", bad)
         with pytest.raises(PreflightError, match=r"not a positive number of seconds\. Fix:"):
             preflight_timeout()
+
+
+def test_an_engine_that_fails_to_start_on_one_rank_stops_every_rank_at_once(tmp_path):
+    # rank 1's start raises; rank 0's succeeds and would otherwise wait in the next collective
+    out = tmp_path / "agree"
+    run_python("-m", "tests.distributed.run_agreement", str(out), timeout=120)
+    for rank in (0, 1):
+        seconds, got = (tmp_path / f"agree.rank{rank}.txt").read_text().split("\n", 1)
+        assert float(seconds) < 10
+        assert got.startswith("EngineStartError: the engine's start failed on rank(s) 1 of 2")
+        assert f"this is rank {rank}" in got and "no model folder /models/missing" in got
+    assert "[cause: FileNotFoundError]" in (tmp_path / "agree.rank1.txt").read_text()

@@ -11,7 +11,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_rlhf.cli.checkpoints import CheckpointError, read_hparams
 from lit_rlhf.data.epoch_sampler import EpochShuffleSampler
-from lit_rlhf.training.checkpoint_io import replace_path
+from lit_rlhf.strategies.folders import replace_path
 from lit_rlhf.training.loader_position import rescaled_position
 
 

@@ -37,10 +37,3 @@ def test_nothing_is_sharded_outside_fsdp2(tiny_model_dir):
     shard_networks(DDPStrategy(), policy, None)
     assert [type(m) for m in policy.modules()] == before
 
-
-def test_per_task_gradients_are_refused_under_fsdp2_naming_the_fix():
-    from lit_rlhf.strategies import FSDP2Strategy
-    from lit_rlhf.training.task_backward import check_task_backward_supported
-
-    with pytest.raises(NotImplementedError, match="under FSDP2 every backward is a collective"):
-        check_task_backward_supported(FSDP2Strategy(), "ModularGradientSurgery")
