@@ -50,10 +50,19 @@ def test_configs_found():
     assert len(CONFIGS) >= 4
 
 
+# the SmolLM2 configs `make test` runs: the README's main job and one SFT run; the other
+# SmolLM2 configs (5-21 s each on 2 cores) have tiny-model twins here and run with -m slow
+_SMOLLM2_IN_MAKE_TEST = {"ppo/countdown_smollm2.yaml", "sft/smollm2.yaml"}
+
+
 def _cpu_config(path: Path) -> object:
     """A multi-turn episode on the embedded SmolLM2 takes minutes even for one batch on 2 cores
-    (its turns are several generations): those configs run in the slow group."""
-    slow = _needs_smollm2(path) and "environment:" in path.read_text()
+    (its turns are several generations): those configs, and the SmolLM2 configs outside
+    :data:`_SMOLLM2_IN_MAKE_TEST`, run in the slow group."""
+    name = f"{path.parent.name}/{path.name}"
+    slow = _needs_smollm2(path) and (
+        "environment:" in path.read_text() or name not in _SMOLLM2_IN_MAKE_TEST
+    )
     return pytest.param(path, id=str(path), marks=[pytest.mark.slow] if slow else [])
 
 
