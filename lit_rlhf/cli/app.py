@@ -243,12 +243,25 @@ def _check_resumed_tokenizer(config: Any, config_model: Any) -> None:
         )
 
 
+def importable_working_folder() -> None:
+    """Append the working folder to the import path, last, so that a class path of the user's
+    own module (``my_rewards.correctness`` beside the config) imports as it does in their
+    Python, while an installed package is still found first: a ``datasets.py`` in the folder
+    does not shadow the library. The ``lit-rlhf`` console script does not put the working
+    folder on the path itself (``python -m`` does, first); every rank of a multi-process run
+    calls this (Lightning's launcher re-runs the command line, torchrun starts each rank)."""
+    folder = os.getcwd()
+    if not any(os.path.abspath(p or os.curdir) == folder for p in sys.path):
+        sys.path.append(folder)
+
+
 def cli_main(
     args: list[str] | None = None, run: bool = True, cli_class: type[LitRLHFCLI] = LitRLHFCLI
 ) -> LitRLHFCLI:
     """Build (and by default run) the CLI; ``args`` as on the command line. ``cli_class``: a
     subclass with more arguments (``lit-rlhf export``: :mod:`lit_rlhf.cli.export`)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    importable_working_folder()
     return cli_class(
         LightningModule,
         LightningDataModule,

@@ -186,7 +186,23 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
         )
     if cause.startswith("unrecognized arguments"):
         return f"remove them or correct their spelling ({where})."
+    if missing := _MISSING_MODULE.search(cause):
+        return _import_fix(missing.group(1))
     return f"correct this setting in the config or on the command line ({where})."
+
+
+_MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def _import_fix(module: str) -> str:
+    """The fix for a class path whose module is not found: where it was looked for."""
+    top = module.split(".")[0]
+    return (
+        f"{module!r} was looked for in the installed packages and in the working folder "
+        f"{os.getcwd()} (searched last; see lit_rlhf.cli.app.importable_working_folder). Put "
+        f"{top}.py (or the package {top}/) in this folder and run from here, add its folder to "
+        "PYTHONPATH, or correct the class path (module.attribute)."
+    )
 
 
 def _closest_group_field(class_path: str | None, group: str, option: str) -> str | None:
