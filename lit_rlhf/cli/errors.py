@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
+from lit_rlhf.cli.suggest import suggest
 from lit_rlhf.envs import environment_refusal
 from lit_rlhf.errors import SettingError
 from lit_rlhf.rollout import engine_refusal
@@ -163,7 +164,10 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
     else:
         where = "`--help` lists the settings"
     if _OPTION.match(cause):
-        return f"remove {key} or correct its spelling ({where})."
+        hint = suggest(class_path, key.split(".init_args.")[-1]) if key else None
+        if hint and hint.startswith("'"):  # a TRL name: its lit-rlhf setting is the fix
+            return hint
+        return f"remove {key} or correct its spelling{f'; {hint}' if hint else ''} ({where})."
     if match := _GROUP_OPTION.match(cause):
         group, option = match.groups()
         close = _closest_group_field(class_path, group, option)
@@ -185,10 +189,22 @@ def _fix(key: str | None, class_path: str | None, cause: str) -> str:
             "the lr schedule is model.init_args.optim.lr_schedule and the other lr_* fields)."
         )
     if cause.startswith("unrecognized arguments"):
-        return f"remove them or correct their spelling ({where})."
+        hints = _module_hints(key, class_path, cause)
+        return f"remove them or correct their spelling{hints} ({where})."
     if missing := _MISSING_MODULE.search(cause):
         return _import_fix(missing.group(1))
     return f"correct this setting in the config or on the command line ({where})."
+
+
+def _module_hints(key: str | None, class_path: str | None, cause: str) -> str:
+    """``; --a.b: <suggestion>`` for each unrecognised module argument (``key`` ``model``)."""
+    if key not in ("model", "model.init_args"):
+        return ""
+    hints = []
+    for name in re.findall(r"--([\w.]+)", cause):
+        if hint := suggest(class_path, name.removeprefix("init_args.")):
+            hints.append(f"--{name}: {hint}")
+    return "".join(f"; {h}" for h in hints)
 
 
 _MISSING_MODULE = re.compile(r"No module named '([^']+)'")
