@@ -53,13 +53,12 @@ from lit_rlhf.settings import (
 )
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import (
-    EpochEndLoaderReset,
     FrozenModules,
-    GlobalRNGState,
     OptimizerStep,
     begin_configure_model,
     freeze,
 )
+from lit_rlhf.training.model_hooks import module_callbacks
 from lit_rlhf.training.precision import check_trainable_precision
 from lit_rlhf.training.sharding import shard_networks
 
@@ -328,8 +327,7 @@ class CompressorDecoderModule(LightningModule):
 
     # -------------------------------------------------------------- checkpoints
     def configure_callbacks(self) -> list[Callback]:
-        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
-        return [GlobalRNGState(), EpochEndLoaderReset()]
+        return module_callbacks()  # exact resumes, plain progress lines
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.frozen.drop(checkpoint)

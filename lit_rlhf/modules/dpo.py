@@ -49,9 +49,7 @@ from lit_rlhf.settings import (
 )
 from lit_rlhf.strategies import is_deepspeed, transformers_zero3_context
 from lit_rlhf.training import (
-    EpochEndLoaderReset,
     FrozenModules,
-    GlobalRNGState,
     OptimizerStep,
     begin_configure_model,
     build_policy_networks,
@@ -60,6 +58,7 @@ from lit_rlhf.training import (
     freeze,
 )
 from lit_rlhf.training.frozen import drop_frozen_weights, restore_frozen_weights
+from lit_rlhf.training.model_hooks import module_callbacks
 
 PAIR_STATS = (
     "loss",
@@ -290,6 +289,8 @@ class DPOModule(LightningModule):
         stats = self.step_optimizer(self, self.optimizers(), self.micro_batches(rows), loss_fn)
         logged = {f"train/{k}": torch.cat([p[k] for p in parts]).mean() for k in PAIR_STATS}
         self.log_dict({**logged, **stats}, batch_size=len(rows), prog_bar=False)
+        bar = {"loss": logged["train/loss"], "acc": logged["train/reward_accuracy"]}
+        self.log_dict(bar, batch_size=len(rows), prog_bar=True, logger=False)  # the bar only
         return logged["train/loss"]
 
     # ------------------------------------------------------- validation / test
@@ -312,8 +313,7 @@ class DPOModule(LightningModule):
 
     # ------------------------------------------------------------- checkpoint
     def configure_callbacks(self) -> list[Callback]:
-        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
-        return [GlobalRNGState(), EpochEndLoaderReset()]
+        return module_callbacks()  # exact resumes, plain progress lines
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.step_optimizer.save_to(checkpoint)  # skip counts, lr schedule counters

@@ -51,13 +51,12 @@ from lit_rlhf.settings import (
     take_groups,
 )
 from lit_rlhf.training import (
-    EpochEndLoaderReset,
-    GlobalRNGState,
     PolicyStep,
     PPOSettings,
     RewardTerm,
     RolloutCollector,
 )
+from lit_rlhf.training.model_hooks import module_callbacks
 
 _OPTIM = OptimSettings(lr=1e-6, micro_batch_size=8)  # GenerativeRewardModule's defaults
 _ROLLOUT = RolloutSettings(samples_per_prompt=8)
@@ -295,8 +294,7 @@ class GenerativeRewardModule(LightningModule):
 
     # ------------------------------------------------------------ checkpoint
     def configure_callbacks(self) -> list[Callback]:
-        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
-        return [GlobalRNGState(), EpochEndLoaderReset()]
+        return module_callbacks()  # exact resumes, plain progress lines
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rl.save(self, checkpoint)

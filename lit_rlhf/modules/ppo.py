@@ -48,12 +48,11 @@ from lit_rlhf.settings import (
     take_groups,
 )
 from lit_rlhf.training import (
-    EpochEndLoaderReset,
-    GlobalRNGState,
     PolicyStep,
     PPOSettings,
     RolloutCollector,
 )
+from lit_rlhf.training.model_hooks import module_callbacks
 from lit_rlhf.types import Experience, Rollout
 
 _OPTIM = OptimSettings(lr=1e-6, micro_batch_size=8)  # PPOModule's defaults for the group
@@ -325,8 +324,7 @@ class PPOModule(LightningModule):
 
     # ------------------------------------------------------------ checkpoint
     def configure_callbacks(self) -> list[Callback]:
-        # exact resumes: the global generators, and a fresh loader after an epoch-end checkpoint
-        return [GlobalRNGState(), EpochEndLoaderReset()]
+        return module_callbacks()  # exact resumes, plain progress lines
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rl.save(self, checkpoint)

@@ -175,6 +175,8 @@ class RewardModelModule(ExportedModelHooks, LightningModule):
             **stats,
         }
         self.log_dict(logged, batch_size=len(rows), prog_bar=False)
+        bar = {"loss": loss, "acc": logged["train/accuracy"]}
+        self.log_dict(bar, batch_size=len(rows), prog_bar=True, logger=False)  # the bar only
         return loss
 
     # ------------------------------------------------------- validation / test

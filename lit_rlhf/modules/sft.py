@@ -126,6 +126,8 @@ class SFTModule(ExportedModelHooks, LightningModule):
             **stats,
         }
         self.log_dict(logged, batch_size=batch["input_ids"].shape[0], prog_bar=False)
+        bar = {"loss": loss, "acc": logged["train/token_accuracy"]}
+        self.log_dict(bar, batch_size=batch["input_ids"].shape[0], prog_bar=True, logger=False)
         return loss
 
     # ------------------------------------------------------------- validation

@@ -13,6 +13,7 @@ from lit_rlhf.settings import PrecisionSettings
 from lit_rlhf.training.export import export_pretrained
 from lit_rlhf.training.loader_position import EpochEndLoaderReset
 from lit_rlhf.training.precision import check_trainable_precision
+from lit_rlhf.training.progress import PlainProgress
 from lit_rlhf.training.rng import GlobalRNGState
 
 
@@ -41,7 +42,7 @@ class ExportedModelHooks:
             check_memory(self)  # the memory plan on CUDA (precision.memory_check)
 
     def configure_callbacks(self) -> list[Callback]:
-        return [GlobalRNGState(), EpochEndLoaderReset()]
+        return module_callbacks()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.step_optimizer.save_to(checkpoint)  # skip counts, lr schedule counters
@@ -52,3 +53,10 @@ class ExportedModelHooks:
 
     def on_fit_end(self) -> None:
         export_pretrained(self.trainer, self.model, self.tokenizer, self.hparams.export_dir)
+
+
+def module_callbacks() -> list[Callback]:
+    """The callbacks every lit-rlhf module returns from ``configure_callbacks``: exact resumes
+    (the global generators; a fresh loader after an epoch-end checkpoint, the loader position at
+    another world size) and a plain progress line per step when stdout is not a terminal."""
+    return [GlobalRNGState(), EpochEndLoaderReset(), PlainProgress()]

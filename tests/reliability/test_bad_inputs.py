@@ -70,10 +70,10 @@ def last_stderr_line(capsys: pytest.CaptureFixture[str], args: list[str]) -> tup
     [
         # an unknown key: the key, the cause, and how to find the accepted ones
         (
-            ["--model.init_args.learning_rate=3"],
-            r"^error: model\.init_args\.learning_rate: Option 'learning_rate' is not accepted\. "
-            r"Fix: remove model\.init_args\.learning_rate or correct its spelling "
-            r"\(`--model\.help lit_rlhf\.modules\.PPOModule` lists its settings\)",
+            ["--model.init_args.max_lenght=3"],
+            r"^error: model\.init_args\.max_lenght: Option 'max_lenght' is not accepted\. "
+            r"Fix: remove model\.init_args\.max_lenght or correct its spelling; did you mean "
+            r"[a-z_.]+\? \(`--model\.help lit_rlhf\.modules\.PPOModule` lists its settings\)",
         ),
         # a wrong type
         (
