@@ -36,4 +36,3 @@ def test_nothing_is_sharded_outside_fsdp2(tiny_model_dir):
     before = [type(m) for m in policy.modules()]
     shard_networks(DDPStrategy(), policy, None)
     assert [type(m) for m in policy.modules()] == before
-
