@@ -97,12 +97,13 @@ def task_backward(
             grads_by_task[task] = _sharded_task_gradient(
                 module, optimizer, by_task.get(task, []), most, micro_batches[0], loss_fn
             )
-    for task in [] if grads_by_task else _union_across_ranks(sorted(by_task)):
-        if is_deepspeed(strategy):
-            flat = _autograd_task_gradient(by_task.get(task, []), loss_fn, params)
-        else:
-            flat = _backward_task_gradient(module, optimizer, by_task.get(task, []), loss_fn)
-        grads_by_task[task] = _views(_mean_across_ranks(flat), params)
+    else:  # each rank's whole gradient, averaged over the ranks here
+        for task in _union_across_ranks(sorted(by_task)):
+            if is_deepspeed(strategy):
+                flat = _autograd_task_gradient(by_task.get(task, []), loss_fn, params)
+            else:
+                flat = _backward_task_gradient(module, optimizer, by_task.get(task, []), loss_fn)
+            grads_by_task[task] = _views(_mean_across_ranks(flat), params)
     combined, stats = hook.combine_task_gradients(trainer, module, grads_by_task)
     if is_deepspeed(strategy):
         _deepspeed_backward_of(module, combined, params)

@@ -64,6 +64,24 @@ def fit_with_fragment(
     )
 
 
+def step_checkpoint_fit(fragment: str, root: Path) -> list[str]:
+    """``python`` arguments of ``lit-rlhf fit`` of the tiny Countdown config composed with
+    ``configs/trainer/<fragment>``, logging under ``root``, no validation, a checkpoint after
+    every optimizer step in ``root/ckpt`` (``epoch=0-step=N.ckpt``); add ``max_steps``."""
+    return [
+        "-m", "lit_rlhf.cli", "fit",
+        "--config", "configs/ppo/countdown_tiny.yaml",
+        "--config", f"configs/trainer/{fragment}.yaml",
+        f"--trainer.default_root_dir={root}",
+        f"--trainer.logger.init_args.save_dir={root}",
+        "--trainer.limit_val_batches=0",
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        f"--trainer.callbacks.dirpath={root / 'ckpt'}",
+        "--trainer.callbacks.every_n_train_steps=1",
+        "--trainer.callbacks.save_top_k=-1",
+    ]  # fmt: skip
+
+
 def fit_and_sigterm(
     args: list[str], root: Path, *, timeout: float, before_signal: Any = None
 ) -> str:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lit_rlhf.cli.export_weights import read_checkpoint
-from tests.distributed.launch import run_python
+from tests.distributed.launch import run_python, step_checkpoint_fit
 from tests.distributed.test_ppo_distributed import STEPS, assert_weights_close, run_ppo
 
 pytestmark = pytest.mark.distributed
@@ -58,18 +58,7 @@ def test_the_cli_resumes_an_fsdp2_folder_on_one_process_and_exports_it(tiny_mode
     # a user's path: fit on 2 processes (a DCP folder per checkpoint), resume on 1, export
     from transformers import AutoModelForCausalLM
 
-    fit = [
-        "-m", "lit_rlhf.cli", "fit",
-        "--config", "configs/ppo/countdown_tiny.yaml",
-        "--config", "configs/trainer/cpu_fsdp2.yaml",
-        f"--trainer.default_root_dir={tmp_path}",
-        f"--trainer.logger.init_args.save_dir={tmp_path}",
-        "--trainer.limit_val_batches=0",
-        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
-        f"--trainer.callbacks.dirpath={tmp_path / 'ckpt'}",
-        "--trainer.callbacks.every_n_train_steps=1",
-        "--trainer.callbacks.save_top_k=-1",
-    ]  # fmt: skip
+    fit = step_checkpoint_fit("cpu_fsdp2", tmp_path)
     run_python(*fit, "--trainer.max_steps=1")  # a mid-epoch checkpoint (1 of 4 batches)
     folder = tmp_path / "ckpt" / "epoch=0-step=1.ckpt"
     assert folder.is_dir() and (folder / ".metadata").is_file()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.distributed.launch import run_python
+from tests.distributed.launch import run_python, step_checkpoint_fit
 
 pytestmark = [
     pytest.mark.gpu,
@@ -19,19 +19,7 @@ pytestmark = [
 def test_fsdp2_fragment_trains_resumes_and_exports_on_one_gpu(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    fit = [
-        "-m", "lit_rlhf.cli", "fit",
-        "--config", "configs/ppo/countdown_tiny.yaml",
-        "--config", "configs/trainer/fsdp2.yaml",
-        "--trainer.devices=1",
-        f"--trainer.default_root_dir={tmp_path}",
-        f"--trainer.logger.init_args.save_dir={tmp_path}",
-        "--trainer.limit_val_batches=0",
-        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
-        f"--trainer.callbacks.dirpath={tmp_path / 'ckpt'}",
-        "--trainer.callbacks.every_n_train_steps=1",
-        "--trainer.callbacks.save_top_k=-1",
-    ]  # fmt: skip
+    fit = [*step_checkpoint_fit("fsdp2", tmp_path), "--trainer.devices=1"]
     output = run_python(*fit, "--trainer.max_steps=2")
     assert "distributed_backend=nccl" in output
     first = tmp_path / "ckpt" / "epoch=0-step=1.ckpt"
