@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 from lit_rlhf.errors import DataError
 
+HH_ASSISTANT = "\n\nAssistant:"  # opens an assistant turn of an HH-RLHF transcript
+
 Read = tuple[str, str, str, int | None, str]
 """prompt, response 1, response 2, label (-1: response 1 better, +1: response 2, 0: a tie,
 None: unlabelled), subset"""
@@ -64,9 +66,8 @@ def integer_value(value: Any) -> int | None:
     return int(value) if math.isfinite(value) and value == int(value) else None
 
 
-def conversation_text(turns: Any, where: str, field: str = "context") -> str:
-    """A list of chat turns ``{role, content}`` as text: one turn as its content, several as
-    ``"User: ..\\n\\nAssistant: .."`` (HelpSteer3's ``context``, RMB's ``conversation_input``)."""
+def chat_turns(turns: Any, where: str, field: str) -> list[Mapping[str, Any]]:
+    """``turns`` checked to be a non-empty list of chat turns, each with a string ``role``."""
     if (
         not isinstance(turns, list)
         or not turns
@@ -76,6 +77,13 @@ def conversation_text(turns: Any, where: str, field: str = "context") -> str:
             f"{where}: field {field!r} must be a non-empty list of {{role, content}} chat turns, "
             f"got {turns!r:.100}. Fix: repair or remove the row."
         )
+    return turns
+
+
+def conversation_text(turns: Any, where: str, field: str = "context") -> str:
+    """A list of chat turns ``{role, content}`` as text: one turn as its content, several as
+    ``"User: ..\\n\\nAssistant: .."`` (HelpSteer3's ``context``, RMB's ``conversation_input``)."""
+    turns = chat_turns(turns, where, field)
     texts = [
         text_field(t, "content", f"{where}, field {field!r} turn {i}") for i, t in enumerate(turns)
     ]

@@ -47,6 +47,7 @@ from lit_rlhf.data.judge_templates import (
     seeded_coin,
 )
 from lit_rlhf.data.pair_fields import (
+    HH_ASSISTANT,
     Comparisons,
     MalformedRow,
     Read,
@@ -56,8 +57,11 @@ from lit_rlhf.data.pair_fields import (
     text_field,
 )
 from lit_rlhf.data.sources import _load_table
+from lit_rlhf.data.trl_pairs import detect_pair_schema, read_trl
 
 PairSchema = Literal[
+    "auto",
+    "trl",
     "pairs",
     "helpsteer3",
     "hh_rlhf",
@@ -68,13 +72,18 @@ PairSchema = Literal[
     "judgebench",
     "ppe_preference",
 ]
-_HH_ASSISTANT = "\n\nAssistant:"
 
 
 class PreferencePairs:
     """Preference pairs from a local file/folder (``.json``/``.jsonl``/``.parquet``/``.csv``) or
     a hub dataset, in one of these schemas (fields as on the datasets' cards):
 
+    - ``auto`` (the default): detected from the columns of the first row
+      (:func:`~lit_rlhf.data.trl_pairs.detect_pair_schema`): ``pairs``, ``helpsteer3``,
+      ``hh_rlhf`` or ``trl``.
+    - ``trl``: TRL's preference rows, ``prompt`` (optional with conversations), ``chosen``,
+      ``rejected`` as strings or as ``{role, content}`` message lists
+      (:mod:`lit_rlhf.data.trl_pairs`); optional ``subset``, ``id``.
     - ``pairs`` (ours): ``prompt``, ``response_1``, ``response_2`` (str); optional ``label``
       (-1: response 1 better, 1: response 2 better, null: unlabelled), ``subset``, ``id``, and
       ``task``: ``preference`` (the default) or ``reflection``, a ReflectRM analysis-preference
@@ -121,7 +130,7 @@ class PreferencePairs:
     def __init__(
         self,
         path: str,
-        schema: PairSchema = "pairs",
+        schema: PairSchema = "auto",
         split: str = "train",
         template: str = "consistrm-v1",
         swap: SwapMode = "none",
@@ -134,17 +143,21 @@ class PreferencePairs:
         name: str | None = None,
         critique_template: str = "reflectrm-critique-v1",
     ) -> None:
-        if schema not in _SCHEMAS:
-            raise ValueError(f"unknown schema {schema!r}; available: {', '.join(_SCHEMAS)}")
+        if schema != "auto" and schema not in _SCHEMAS:
+            raise ValueError(f"unknown schema {schema!r}; available: auto, {', '.join(_SCHEMAS)}")
         check_pair_options(template, swap, num_examples, critique_template)
         self.critique_template = critique_template
         self.path, self.schema, self.split, self.name = path, schema, split, name
         self.template, self.swap, self.seed, self.task = template, swap, seed, task
         self.num_examples, self.id_field = num_examples, id_field
         self.keep_ties, self.skip_malformed = keep_ties, skip_malformed
+        self.format: str = schema  # the schema read; ``auto`` is resolved by ``load``
 
     def load(self) -> datasets.Dataset:
         raw = _load_table(self.path, self.name, self.split)
+        if self.schema == "auto":
+            first = raw[0] if len(raw) else {}
+            self.format = detect_pair_schema(self.path, raw.column_names, first)
         self._check_columns(raw.column_names)
         pairs = self._read_pairs(raw)
         if not pairs:
@@ -167,11 +180,11 @@ class PreferencePairs:
         return datasets.Dataset.from_list(rows)
 
     def _check_columns(self, columns: list[str]) -> None:
-        needed = _SCHEMAS[self.schema].columns
+        needed = _SCHEMAS[self.format].columns
         missing = [c for c in needed if c not in columns]
         if missing:
             raise ValueError(
-                f"{self.path}: row 0 has no field {missing[0]!r}, which schema {self.schema!r} "
+                f"{self.path}: row 0 has no field {missing[0]!r}, which schema {self.format!r} "
                 f"needs ({list(needed)}). Fix: set schema= to the data's format "
                 f"({', '.join(_SCHEMAS)}) or rename the columns (columns: {columns})."
             )
@@ -214,12 +227,12 @@ class PreferencePairs:
 
     def _read_row(self, row: Mapping[str, Any], where: str) -> tuple[list[PreferencePair], int]:
         """The row's pairs, one per comparison, and how many tied comparisons it dropped."""
-        schema = _SCHEMAS[self.schema]
+        schema = _SCHEMAS[self.format]
         read = schema.read(row, where)
         key, items = (
             (read.key, read.items) if isinstance(read, Comparisons) else (None, [("", read)])
         )
-        critiques = _critiques(row, where) if self.schema == "pairs" else None
+        critiques = _critiques(row, where) if self.format == "pairs" else None
         texts = tuple(text for _, item in items for text in item[:3]) + (critiques or ())
         row_id = self._pair_id(row, where, schema.id_field, texts, key)
         pairs, ties = [], 0
@@ -330,8 +343,8 @@ def _read_hh_rlhf(row: Mapping[str, Any], where: str) -> Read:
 
 def _hh_turns(row: Mapping[str, Any], field: str, where: str) -> tuple[str, str]:
     transcript = text_field(row, field, where)
-    cut = transcript.rfind(_HH_ASSISTANT)
-    prompt, reply = transcript[:cut].strip(), transcript[cut + len(_HH_ASSISTANT) :].strip()
+    cut = transcript.rfind(HH_ASSISTANT)
+    prompt, reply = transcript[:cut].strip(), transcript[cut + len(HH_ASSISTANT) :].strip()
     if cut < 0 or not prompt or not reply:
         raise MalformedRow(
             f"{where}: field {field!r} must be a transcript '\\n\\nHuman: ...\\n\\nAssistant: "
@@ -360,6 +373,7 @@ def _read_rewardbench(row: Mapping[str, Any], where: str) -> Read:
 
 
 _SCHEMAS: dict[str, Schema] = {
+    "trl": Schema(read_trl, ("chosen", "rejected"), "id", chosen_first=True),
     "pairs": Schema(_read_plain, ("prompt", "response_1", "response_2"), "id"),
     "helpsteer3": Schema(
         _read_helpsteer3, ("overall_preference", "context", "response1", "response2"), None

@@ -1,10 +1,11 @@
 """Supervised fine-tuning data: prompt/response or chat rows -> token ids and labels that train a
 causal LM on the response tokens only (the SFT stage of Ouyang et al. 2022, arXiv 2203.02155).
 
-A row is either
+A row is one of (the column names are settings; the encoding is in :mod:`lit_rlhf.data.sft_rows`)
 
-- ``{"prompt": str, "response": str}``: with ``chat_template`` and a tokenizer that has one, the
-  prompt is rendered as ``[system?, user: prompt]`` plus the generation prompt (as
+- ``{"prompt": str, "response": str}``, or TRL's ``{"prompt": str, "completion": str}`` (a row
+  without ``response`` reads ``completion``): with ``chat_template`` and a tokenizer that has
+  one, the prompt is rendered as ``[system?, user: prompt]`` plus the generation prompt (as
   :class:`~lit_rlhf.data.PromptDataModule` renders prompts for generation), and the response
   follows as its own tokens plus the EOS token; without a template, the raw prompt (after
   ``system_prompt`` and a blank line) with the tokenizer's usual special tokens, then the same;
@@ -12,7 +13,9 @@ A row is either
   template, trained on every assistant turn (its content and the template's end-of-turn text);
   the system, user and any other turns are context only. Each assistant turn is cut out of the
   rendering as the difference between the chat up to it with the generation prompt and the chat
-  including it, so the template must render a conversation as a prefix of its continuation.
+  including it, so the template must render a conversation as a prefix of its continuation;
+- TRL's conversational prompt-completion, ``{"prompt": [messages], "completion": [messages]}``:
+  the chat ``prompt + completion``, trained on the completion's assistant turns only.
 
 Labels are the token ids on trained tokens and -100 elsewhere (prompt, context turns, padding);
 the module shifts them (the token at position t is predicted from the tokens before it). A
@@ -36,161 +39,20 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from lit_rlhf.data.prompts import EpochShuffleSampler, epoch_to_train, pad_ids, render_chat_prompt
+from lit_rlhf.data.prompts import EpochShuffleSampler, epoch_to_train, pad_ids
+from lit_rlhf.data.sft_rows import IGNORE, LongPromptError, SFTEncoder
 from lit_rlhf.data.sources import _load_table
-from lit_rlhf.errors import DataError
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.settings import DataBatchSettings
 
-IGNORE = -100  # the label of a token that is not trained (torch's cross-entropy ignore_index)
 LongPrompts = Literal["error", "drop"]
-
-
-class SFTEncoder:
-    """Rows -> ``{"input_ids", "labels"}`` (the module docstring says how). ``chat_template``:
-    render with the tokenizer's chat template (True only when the tokenizer has one)."""
-
-    def __init__(
-        self,
-        tokenizer: Any,
-        *,
-        max_length: int,
-        chat_template: bool,
-        system_prompt: str | None = None,
-        prompt_field: str = "prompt",
-        response_field: str = "response",
-        messages_field: str = "messages",
-    ) -> None:
-        if tokenizer.eos_token_id is None:
-            raise ValueError(
-                "the tokenizer has no EOS token: a response could not end. Fix: use a tokenizer "
-                "that defines one."
-            )
-        self.tokenizer = tokenizer
-        self.max_length = max_length
-        self.chat_template = chat_template and bool(getattr(tokenizer, "chat_template", None))
-        self.system_prompt = system_prompt
-        self.fields = (prompt_field, response_field, messages_field)
-
-    def encode(self, row: Mapping[str, Any], where: str) -> dict[str, list[int]]:
-        """One row's ``input_ids`` and ``labels``, cut to ``max_length``, and ``length`` (``[n]``:
-        its tokens before the cut); ``where`` names the row in errors. Raises ValueError for a
-        malformed row, :class:`LongPromptError` for one with no trained token left."""
-        prompt_field, response_field, messages_field = self.fields
-        if row.get(messages_field) is not None:
-            pieces = self._chat_pieces(row[messages_field], where)
-        else:
-            prompt = _text(row, prompt_field, where, "prompt_field", self.fields)
-            response = _text(row, response_field, where, "response_field", self.fields)
-            pieces = [(self._render_prompt(prompt), False), (response, True)]
-        ids: list[int] = []
-        labels: list[int] = []
-        for number, (text, trained) in enumerate(pieces):
-            special = number == 0 and not self.chat_template  # a raw prompt: BOS etc.
-            piece = self.tokenizer(text, add_special_tokens=special)["input_ids"]
-            if trained and row.get(messages_field) is None:
-                piece = [*piece, self.tokenizer.eos_token_id]
-            ids += piece
-            labels += piece if trained else [IGNORE] * len(piece)
-        length, ids, labels = len(ids), ids[: self.max_length], labels[: self.max_length]
-        if all(label == IGNORE for label in labels[1:]):  # position 0 is never predicted
-            raise LongPromptError(
-                f"{where}: no response token is left within max_length={self.max_length} "
-                f"tokens (the prompt/context takes {_untrained_prefix(labels)} of them). Fix: "
-                "raise data max_length, shorten or remove the row, or set data long_prompts: "
-                "drop to skip such rows."
-            )
-        return {"input_ids": ids, "labels": labels, "length": [length]}
-
-    def _render_prompt(self, prompt: str) -> str:
-        return render_chat_prompt(
-            self.tokenizer,
-            prompt,
-            system_prompt=self.system_prompt,
-            use_chat_template=self.chat_template,
-        )
-
-    def _chat_pieces(self, messages: Any, where: str) -> list[tuple[str, bool]]:
-        """(text, trained) pieces of a rendered chat: context up to each assistant turn, then
-        that turn; anything after the last assistant turn is left out (nothing to train)."""
-        messages = _check_messages(messages, where, self.fields[2])
-        if not self.chat_template:
-            why = (
-                "the tokenizer has none"
-                if self.tokenizer.chat_template is None
-                else ("data chat_template is false")
-            )
-            raise ValueError(
-                f"{where}: a chat row ({self.fields[2]!r}) needs a chat template, and {why}. "
-                "Fix: set data chat_template: true with a tokenizer that has a template, or "
-                "write the rows as prompt/response pairs."
-            )
-        if self.system_prompt and messages[0]["role"] != "system":
-            messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        pieces: list[tuple[str, bool]] = []
-        done = ""
-        for i, message in enumerate(messages):
-            if message["role"] != "assistant":
-                continue
-            before = self._render(messages[:i], opened=True) if i else ""
-            after = self._render(messages[: i + 1], opened=False)
-            if not (before.startswith(done) and after.startswith(before)):
-                raise ValueError(
-                    f"{where}: the tokenizer's chat template does not render the chat up to "
-                    f"assistant turn {i} as a prefix of the chat including it (it rewrites "
-                    "earlier turns, e.g. drops their reasoning), so the turn's tokens cannot be "
-                    "cut out. Fix: end each row at its first assistant turn (one row per "
-                    "turn), or use prompt/response rows."
-                )
-            pieces += [(before[len(done) :], False), (after[len(before) :], True)]
-            done = after
-        return [(text, trained) for text, trained in pieces if text]
-
-    def _render(self, messages: Sequence[Mapping[str, str]], *, opened: bool) -> str:
-        return str(
-            self.tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=opened
-            )
-        )
-
-
-def _text(
-    row: Mapping[str, Any], field: str, where: str, setting: str, fields: tuple[str, ...]
-) -> str:
-    value = row.get(field)
-    if not isinstance(value, str) or not value.strip():
-        got = "missing" if value is None else f"{type(value).__name__} {value!r:.60}"
-        raise ValueError(
-            f"{where}: field {field!r} must be a non-empty string, got {got}. A row is "
-            f"{{{fields[0]!r}: str, {fields[1]!r}: str}} or {{{fields[2]!r}: [{{role, "
-            f"content}}, ...]}}. Fix: repair or remove the row, or set data {setting} to the "
-            f"column that holds it (columns: {sorted(row)})."
-        )
-    return value
-
-
-def _check_messages(messages: Any, where: str, field: str) -> list[dict[str, str]]:
-    """A list of ``{role, content}`` string dicts with at least one non-empty assistant turn."""
-    if not isinstance(messages, list) or not messages:
-        raise ValueError(f"{where}: {field!r} must be a non-empty list of {{role, content}} "
-                         "messages. Fix: repair or remove the row.")  # fmt: skip
-    for i, message in enumerate(messages):
-        if not (isinstance(message, Mapping) and isinstance(message.get("role"), str)
-                and isinstance(message.get("content"), str)):  # fmt: skip
-            raise ValueError(
-                f"{where}: message {i} of {field!r} is {message!r:.80}, not a {{role: str, "
-                "content: str}} dict. Fix: repair or remove the row."
-            )
-    if not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
-        raise ValueError(
-            f"{where}: the chat in {field!r} has no non-empty assistant turn, so there is "
-            "nothing to train on. Fix: add the assistant's reply, or remove the row."
-        )
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
-
-
-def _untrained_prefix(labels: Sequence[int]) -> int:
-    return next((i for i, label in enumerate(labels) if label != IGNORE), len(labels))
+__all__ = [  # the encoder's names are re-exported: imported from here elsewhere
+    "IGNORE",
+    "LongPromptError",
+    "SFTDataModule",
+    "SFTEncoder",
+    "collate_sft",
+]
 
 
 def collate_sft(
@@ -200,12 +62,6 @@ def collate_sft(
     input_ids, mask = pad_ids([row["input_ids"] for row in rows], pad_token_id, "right")
     labels, _ = pad_ids([row["labels"] for row in rows], IGNORE, "right")
     return {"input_ids": input_ids, "attention_mask": mask.long(), "labels": labels}
-
-
-class LongPromptError(DataError):
-    """A row whose prompt leaves no response token within ``max_length``."""
-
-    setting = "data.init_args.max_length"
 
 
 class SFTDataModule(LightningDataModule):
@@ -233,7 +89,8 @@ class SFTDataModule(LightningDataModule):
         dataset_name: the hub dataset's configuration name.
         max_examples: keep only the first this many rows of each split.
         prompt_field, response_field, messages_field: the columns holding the prompt, the
-            response and the chat.
+            response and the chat; ``response_field=None`` reads ``response``, or
+            ``completion`` (TRL's column) in a row without ``response``.
         long_prompts: ``error`` (a row whose prompt leaves no response token within
             ``max_length`` stops the run, naming it) or ``drop`` (such rows are skipped, with a
             count).
@@ -259,7 +116,7 @@ class SFTDataModule(LightningDataModule):
         dataset_name: str | None = None,
         max_examples: int | None = None,
         prompt_field: str = "prompt",
-        response_field: str = "response",
+        response_field: str | None = None,
         messages_field: str = "messages",
         long_prompts: LongPrompts = "error",
         global_batch_size: int | None = None,

@@ -113,9 +113,11 @@ class FilePrompts:
             files, or a hub dataset id (e.g. ``openai/gsm8k``).
         split: split with optional slicing, e.g. ``"train[:90%]"``. A single local file is one
             split, so only the slice of this argument applies to it.
-        question_field: the column holding the question.
+        question_field: the column holding the question; ``None`` reads ``prompt`` (TRL's prompt
+            column) where the rows have one, else ``question``.
         answer_field: the column copied to ``answer`` (as str) for reward checks; ``None`` for
-            none.
+            none. A named column the rows lack is an error, except the default ``answer``:
+            rows without an ``answer`` column get none.
         id_field: the column used as ``query_id``; ``None`` derives it from the question:
             ``"{task}-{sha1(question)[:12]}"``.
         task: the task label of every row.
@@ -140,7 +142,7 @@ class FilePrompts:
         self,
         path: str,
         split: str = "train",
-        question_field: str = "question",
+        question_field: str | None = None,
         answer_field: str | None = "answer",
         id_field: str | None = None,
         task: str = "math",
@@ -182,8 +184,8 @@ class FilePrompts:
             raw = raw.shuffle(seed=self.shuffle_seed)
         if self.max_examples is not None:
             raw = raw.select(range(min(self.max_examples, len(raw))))
-        self._check_columns(raw.column_names)
-        rows = [self._prompt_row(index, dict(row)) for index, row in enumerate(raw)]
+        fields = self._check_columns(raw.column_names)
+        rows = [self._prompt_row(index, dict(row), *fields) for index, row in enumerate(raw)]
         duplicates = sum(n - 1 for n in Counter(r["query_id"] for r in rows).values())
         if duplicates:
             warnings.warn(
@@ -212,10 +214,30 @@ class FilePrompts:
             raise ValueError(f"{self.path}: no row passes where={self.where!r}")
         return raw.select(keep)
 
-    def _check_columns(self, columns: list[str]) -> None:
+    def _question_column(self, columns: list[str]) -> str:
+        """``question_field``, or (when ``None``) ``prompt`` where the rows have it, else
+        ``question``."""
+        if self.question_field is not None:
+            return self.question_field
+        found = [column for column in ("prompt", "question") if column in columns]
+        if not found:
+            raise ValueError(
+                f"{self.path}: question_field is null (read 'prompt', TRL's column, else "
+                f"'question'); the rows have no 'prompt' column, and row 0 has no field "
+                f"'question'. Fix: set question_field= to one of the columns: {columns}."
+            )
+        return found[0]
+
+    def _check_columns(self, columns: list[str]) -> tuple[str, str | None]:
+        """The question and answer columns to read (after the defaults' detection); a named
+        column the rows lack is an error."""
+        question_field = self._question_column(columns)
+        answer_field = self.answer_field
+        if answer_field == "answer" and "answer" not in columns:
+            answer_field = None  # the default is optional: such rows carry no answer
         for arg, field in (
-            ("question_field", self.question_field),
-            ("answer_field", self.answer_field),
+            ("question_field", question_field),
+            ("answer_field", answer_field),
             ("id_field", self.id_field),
         ):
             if field is not None and field not in columns:
@@ -223,15 +245,18 @@ class FilePrompts:
                 if arg != "question_field":
                     fix += f", or {arg}=null"
                 raise ValueError(f"{self.path}: row 0 has no field {field!r}. Fix: {fix}.")
+        return question_field, answer_field
 
-    def _prompt_row(self, index: int, row: dict[str, Any]) -> dict[str, Any]:
+    def _prompt_row(
+        self, index: int, row: dict[str, Any], field: str, answer_field: str | None
+    ) -> dict[str, Any]:
         where = f"{self.path} (split {self.split!r}), row {index}"
-        question = _user_message(row[self.question_field], where, self.question_field)
-        row = {**row, self.question_field: question}  # a chat column becomes its text
+        question = _user_message(row[field], where, field)
+        row = {**row, field: question}  # a chat column becomes its text
         if not isinstance(question, str) or not question.strip():
             got = "missing/None" if question is None else f"{type(question).__name__} {question!r}"
             raise ValueError(
-                f"{where}: field {self.question_field!r} must be a non-empty string, got "
+                f"{where}: field {field!r} must be a non-empty string, got "
                 f"{got:.100}. Fix: repair or remove the row, or set question_field= to the "
                 f"column holding the question text (columns: {list(row)})."
             )
@@ -243,8 +268,8 @@ class FilePrompts:
                 f"Fix: use only the columns {list(row)} (and {{question}}) in the template."
             ) from None
         out = {**row, "question": rendered, "task": self.task}
-        if self.answer_field is not None:
-            out["answer"] = str(self._required(where, row, self.answer_field, "answer_field"))
+        if answer_field is not None:
+            out["answer"] = str(self._required(where, row, answer_field, "answer_field"))
         if self.id_field is not None:
             out["query_id"] = str(self._required(where, row, self.id_field, "id_field"))
         else:

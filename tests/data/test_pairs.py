@@ -306,7 +306,7 @@ def test_malformed_row_names_file_row_and_field(
 def test_wrong_columns_and_bad_arguments(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "rb.jsonl", REWARDBENCH_ROWS)
     with pytest.raises(ValueError, match=r"rb\.jsonl: row 0 has no field 'response_1'.*schema="):
-        PreferencePairs(path).load()
+        PreferencePairs(path, schema="pairs").load()
     with pytest.raises(ValueError, match=r"row 0 has no field 'uid'.*id_field="):
         PreferencePairs(path, schema="rewardbench", id_field="uid").load()
     with pytest.raises(ValueError, match=r"unknown judge template 'nope'.*consistrm-v1"):
