@@ -1,11 +1,11 @@
 """Pure tensor math of RL fine-tuning: masking, advantages (GAE, GRPO, RLOO, REINFORCE++), KL,
-PPO and GSPO losses, DAPO's dynamic-sampling filter and overlong penalty, the importance weights
-that correct for the rollout engine's numerics (TIS and its masked variant), entropy,
-trust-region entropy and the exploration baselines it is compared with; reading a generative
-judge's verdict, ConsistRM's label-free consistency rewards, ReflectRM's reflective vote,
-modular gradient surgery (PCGrad per parameter group), the offline preference losses (DPO,
-IPO, SimPO), and the warmup + constant / linear / cosine schedule of loss coefficients and
-learning rates.
+on-policy distillation's per-token reward, PPO and GSPO losses, DAPO's dynamic-sampling filter
+and overlong penalty, the importance weights that correct for the rollout engine's numerics (TIS
+and its masked variant), entropy, trust-region entropy and the exploration baselines it is
+compared with; reading a generative judge's verdict, ConsistRM's label-free consistency rewards,
+ReflectRM's reflective vote, modular gradient surgery (PCGrad per parameter group), the offline
+preference losses (DPO, IPO, SimPO), and the warmup + constant / linear / cosine schedule of loss
+coefficients and learning rates.
 
 Depends on torch and the standard library only (no Lightning, no transformers), so it can be
 reused or tested anywhere.
@@ -21,6 +21,7 @@ from lit_rlhf.algos.advantages import (
 )
 from lit_rlhf.algos.consistency import answer_rewards, critique_bonus, pseudo_label, update_memory
 from lit_rlhf.algos.dapo import informative_groups, overlong_penalty, truncated_responses
+from lit_rlhf.algos.distill import distill_advantages
 from lit_rlhf.algos.entropy import entropy_and_top1, entropy_from_logits, token_log_probs
 from lit_rlhf.algos.exploration import forking_token_mask, kl_cov_penalty, kl_cov_selection
 from lit_rlhf.algos.gradient_surgery import (
@@ -87,6 +88,7 @@ __all__ = [
     "confidence",
     "critique_bonus",
     "critique_text",
+    "distill_advantages",
     "dpo_loss",
     "entropy_and_top1",
     "entropy_from_logits",

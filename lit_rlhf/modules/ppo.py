@@ -5,7 +5,8 @@ One ``training_step`` = one rollout batch: collect G samples per prompt -> score
 -> log. ``trainer.global_step`` therefore counts optimizer steps; ``rollout/step`` counts rollouts.
 
 References: PPO (arXiv 1707.06347), PPO for LMs (Ziegler et al., arXiv 1909.08593), GRPO
-(arXiv 2402.03300), RLOO (arXiv 2402.14740).
+(arXiv 2402.03300), RLOO (arXiv 2402.14740); on-policy distillation (``distill``: GKD, arXiv
+2306.13649, and Thinking Machines' recipe, :mod:`lit_rlhf.algos.distill`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from lit_rlhf.rollout.hf import HFGenerationEngine
 from lit_rlhf.settings import (
     AdvantageSettings,
     CriticSettings,
+    DistillSettings,
     EnvironmentSettings,
     EvalSettings,
     KLSettings,
@@ -53,6 +55,7 @@ from lit_rlhf.training import (
     RolloutCollector,
 )
 from lit_rlhf.training.model_hooks import module_callbacks
+from lit_rlhf.training.teacher import FrozenTeacher
 from lit_rlhf.types import Experience, Rollout
 
 _OPTIM = OptimSettings(lr=1e-6, micro_batch_size=8)  # PPOModule's defaults for the group
@@ -104,6 +107,9 @@ class PPOModule(LightningModule):
         env: multi-turn episode limits, with ``environment``
             (:class:`~lit_rlhf.settings.EnvironmentSettings`).
         eval: validation / test pass@1 and pass@k (:class:`~lit_rlhf.settings.EvalSettings`).
+        distill: on-policy distillation from a frozen teacher, the per-token reverse KL as the
+            reward (:class:`~lit_rlhf.settings.DistillSettings`); a teacher object that scores
+            tokens may be set on the attribute ``teacher`` before the fit instead of loading one.
 
     The groups validate themselves, and their combinations are validated into a
     :class:`~lit_rlhf.training.PPOSettings`, when the module is built (before any model loads).
@@ -131,6 +137,7 @@ class PPOModule(LightningModule):
         critic: CriticSettings = CriticSettings(),
         env: EnvironmentSettings = EnvironmentSettings(),
         eval: EvalSettings = EvalSettings(),
+        distill: DistillSettings = DistillSettings(),
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["reward", "engine", "tokenizer", "environment"])
@@ -168,6 +175,7 @@ class PPOModule(LightningModule):
         self.policy: Any = None
         self.critic: Any = None
         self.ref_policy: Any = None
+        self.teacher: Any = None  # distill.teacher, frozen (a TokenScorer)
         self.val_reward, self.val_pass = MeanMetric(), MeanMetric()
         self.test_reward, self.test_pass = MeanMetric(), MeanMetric()
         self.task_reward = {"val": GroupedMean(), "test": GroupedMean()}  # multi-domain runs
@@ -197,6 +205,8 @@ class PPOModule(LightningModule):
             self, strategy, critic=critic, critic_model=self.settings.critic.model
         )
         self.policy, self.critic, self.ref_policy = nets.policy, nets.critic, nets.ref_policy
+        if nets.teacher is not None:
+            self.teacher = FrozenTeacher(nets.teacher, self.settings.packed)
 
     def export_network(self) -> tuple[Any, Any]:
         """What ``lit-rlhf export`` writes: the policy (the critic / value head and the

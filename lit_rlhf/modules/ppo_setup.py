@@ -14,6 +14,7 @@ from lit_rlhf.plan.check import check_memory
 from lit_rlhf.settings import EnvironmentSettings, RolloutSettings, SettingsGroup
 from lit_rlhf.training import PolicyNetworks, build_policy_networks, check_trainable_precision
 from lit_rlhf.training.multiturn import MultiTurnRollout
+from lit_rlhf.training.teacher import check_teacher_tokenizer
 
 
 def multiturn_rollout(
@@ -74,7 +75,8 @@ def check_unread(module: Any, environment: Environment | None) -> None:
             "remove the env settings, or set model.init_args.environment.",
         )  # fmt: skip
     module.lora.check_reference_dtype(module.precision.reference_dtype, separate=False)
-    module.precision.refuse_unread("PPOModule", reference=module.kl_coef > 0, checkpointing=True)
+    frozen = module.kl_coef > 0 or settings.distill.enabled  # a reference or a teacher
+    module.precision.refuse_unread("PPOModule", reference=frozen, checkpointing=True)
 
 
 def check_fit_setup(module: Any) -> None:
@@ -89,11 +91,17 @@ def check_fit_setup(module: Any) -> None:
 def build_networks(
     module: Any, strategy: Any, *, critic: str | None = None, critic_model: str | None = None
 ) -> PolicyNetworks:
-    """The module's policy (LoRA-wrapped), ``critic`` and frozen reference (with a KL), and its
-    tokenizer when none was given."""
+    """The module's policy (LoRA-wrapped), ``critic``, frozen reference (with a KL) and
+    distillation teacher (unless the module's ``teacher`` is set already; its tokenizer is
+    checked against the student's either way), and its tokenizer when none was given."""
     model = module.hparams.model
     if module.tokenizer is None:
         module.tokenizer = load_tokenizer(model)
+    teacher = module.settings.distill.teacher
+    if teacher is not None:
+        check_teacher_tokenizer(
+            module.tokenizer, load_tokenizer(teacher), student=model, teacher=teacher
+        )
     return build_policy_networks(
         model,
         strategy=strategy,
@@ -102,4 +110,5 @@ def build_networks(
         critic_model=critic_model,
         reference=module.kl_coef > 0,
         lora=module.lora,
+        teacher=teacher if getattr(module, "teacher", None) is None else None,
     )

@@ -7,6 +7,7 @@ first generates; ``VLLMServerEngine`` talks to ``vllm serve`` processes over HTT
 from lit_rlhf.rollout.base import GenerationEngine, GenerationEngineLike, engine_refusal
 from lit_rlhf.rollout.decode import DecodeLoopEngine, filter_logits, sample_categorical
 from lit_rlhf.rollout.hf import HFGenerationEngine, response_mask_from_eos
+from lit_rlhf.rollout.scorer import TokenScorer
 from lit_rlhf.rollout.server import VLLMServerEngine
 from lit_rlhf.rollout.vllm import VLLMGenerationEngine
 from lit_rlhf.rollout.weight_sync import is_full_update, weight_buckets
@@ -16,6 +17,7 @@ __all__ = [
     "GenerationEngine",
     "GenerationEngineLike",
     "HFGenerationEngine",
+    "TokenScorer",
     "VLLMGenerationEngine",
     "VLLMServerEngine",
     "engine_refusal",

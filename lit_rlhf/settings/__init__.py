@@ -13,6 +13,7 @@ the concern, taken as typed constructor arguments (``model.init_args.<group>.<fi
 | ``mismatch`` | :class:`MismatchSettings` | PPO, GRM (engine vs trainer log-probs) |
 | ``kl`` | :class:`KLSettings` | PPO, GRM (the KL to a frozen reference) |
 | ``critic`` | :class:`CriticSettings` | PPO (GAE's learned critic) |
+| ``distill`` | :class:`DistillSettings` | PPO (on-policy distillation from a frozen teacher) |
 | ``env`` | :class:`EnvironmentSettings` | PPO (multi-turn episode limits) |
 | ``eval`` | :class:`EvalSettings` | PPO (pass@1, pass@k) |
 | ``judge`` | :class:`JudgeSettings` | GRM (the judge's evaluation and prompt format) |
@@ -32,6 +33,7 @@ read the groups.
 
 from lit_rlhf.settings.base import SettingsGroup, closest_field, unknown_key_message
 from lit_rlhf.settings.batch import DataBatchSettings, split_over_processes
+from lit_rlhf.settings.distill import DistillSettings
 from lit_rlhf.settings.env import EnvironmentSettings, EvalSettings
 from lit_rlhf.settings.flat import (
     flat_map,
@@ -61,6 +63,7 @@ __all__ = [
     "AdvantageSettings",
     "CriticSettings",
     "DataBatchSettings",
+    "DistillSettings",
     "Dtype",
     "EnvironmentSettings",
     "EvalSettings",

@@ -25,10 +25,12 @@ from lit_rlhf.algos import (
     rloo_advantages,
     token_level_rewards,
 )
+from lit_rlhf.rollout.scorer import TokenScorer
 from lit_rlhf.settings import AdvantageSettings
 from lit_rlhf.training.packing import rollout_critic_values, rollout_forward
 from lit_rlhf.training.reward_mask import kept_advantages, kept_samples, masked_reward_stats
 from lit_rlhf.training.settings import PPOSettings
+from lit_rlhf.training.teacher import mix_distillation
 from lit_rlhf.types import CriticTargets, Experience, Rollout
 
 
@@ -45,6 +47,7 @@ def build_experience(
     use_current_as_old: bool = False,
     reference_mode: Callable[[], AbstractContextManager[Any]] = nullcontext,
     left_out: Tensor | None = None,
+    teacher: TokenScorer | None = None,
 ) -> Experience:
     """Everything the update reads, computed once per rollout. ``use_current_as_old``: the
     rollout gets one update, whose own detached log-probs are the old ones; if the engine
@@ -52,20 +55,14 @@ def build_experience(
     (``Experience.old_from_update``). Otherwise the engine's log-probs are used, or recomputed
     with a forward pass when ``update.recompute_old_log_probs``. ``reference_mode``: the context
     the reference forward runs in (under LoRA ``ref_policy`` is the policy itself and this
-    switches its adapters off). ``left_out`` [B] bool: samples dropped as failed ones are."""
+    switches its adapters off). ``left_out`` [B] bool: samples dropped as failed ones are.
+    ``teacher``: on-policy distillation's teacher; its per-token advantages on the student's
+    log-probs from the trainer's forward are mixed in (:func:`~.teacher.mix_distillation`)."""
     budget = settings.packed  # packed forwards of this many tokens (None: padded)
-    old = rollout.sample_log_probs
-    value_head = critic is not None and settings.value_head
-    values = None
-    if settings.recompute or value_head:
-        log_probs, hidden = rollout_forward(
-            policy, rollout, budget, temperature=temperature, with_hidden=value_head
-        )
-        old = log_probs if settings.recompute else old
-        if value_head and critic is not None and hidden is not None:
-            values = critic(hidden).float()
-    if critic is not None and not value_head:
-        values = rollout_critic_values(critic, rollout, budget)
+    forward, values = _policy_forward(
+        policy, critic, rollout, settings, temperature, distill=teacher is not None
+    )
+    old = forward if settings.recompute else rollout.sample_log_probs
     ref = None
     if ref_policy is not None:
         with reference_mode():
@@ -81,6 +78,12 @@ def build_experience(
     advantages, returns = kept_advantages(
         kept, compute, rollout, old_log_probs=old, ref_log_probs=ref, values=values
     )
+    if teacher is not None and forward is not None:
+        mask = _agent_tokens(rollout) if kept is None else _agent_tokens(rollout) & kept[:, None]
+        advantages = mix_distillation(
+            advantages, rollout, settings.distill, student=forward, teacher=teacher,
+            temperature=temperature, mask=mask,
+        )  # fmt: skip
     return Experience(
         rollout=rollout,
         old_log_probs=torch.zeros_like(rollout.response_mask, dtype=torch.float32)
@@ -92,6 +95,34 @@ def build_experience(
         old_from_update=old is None,
         kept=kept,
     )
+
+
+def _policy_forward(
+    policy: nn.Module,
+    critic: nn.Module | None,
+    rollout: Rollout,
+    settings: PPOSettings,
+    temperature: float,
+    *,
+    distill: bool,
+) -> tuple[Tensor | None, Tensor | None]:
+    """(the trainer's log-probs [B, R] of the rollout, or None; the critic's values [B, R], or
+    None): the policy's forward runs when the old log-probs are recomputed, for a value head's
+    hidden states, or for distillation (the student's log-probs, computed exactly as the
+    teacher's)."""
+    budget = settings.packed
+    value_head = critic is not None and settings.value_head
+    log_probs: Tensor | None = None
+    values: Tensor | None = None
+    if settings.recompute or value_head or distill:
+        log_probs, hidden = rollout_forward(
+            policy, rollout, budget, temperature=temperature, with_hidden=value_head
+        )
+        if value_head and critic is not None and hidden is not None:
+            values = critic(hidden).float()
+    if critic is not None and not value_head:
+        values = rollout_critic_values(critic, rollout, budget)
+    return log_probs, values
 
 
 def compute_advantages(

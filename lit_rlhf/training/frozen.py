@@ -38,7 +38,8 @@ class FrozenModules:
 
     Args:
         *attributes: attribute names (submodules), e.g. ``"ref_policy"``. An attribute that is
-            None (e.g. no reference when the KL coefficient is 0) is skipped.
+            None (e.g. no reference when the KL coefficient is 0), or holds no network, is
+            skipped.
     """
 
     def __init__(self, *attributes: str) -> None:
@@ -63,7 +64,7 @@ class FrozenModules:
             return
         for name in self.attributes:
             frozen = getattr(module, name, None)
-            if frozen is not None:
+            if isinstance(frozen, nn.Module):  # not None, nor a teacher served elsewhere
                 weights.update({f"{name}.{k}": v for k, v in frozen.state_dict().items()})
 
 

@@ -23,6 +23,7 @@ class PolicyNetworks:
     policy: nn.Module
     critic: nn.Module | None  # GAE only
     ref_policy: nn.Module | None  # only with a KL coefficient > 0 and no LoRA, frozen
+    teacher: nn.Module | None = None  # on-policy distillation's teacher, frozen
 
 
 def build_policy_networks(
@@ -34,6 +35,7 @@ def build_policy_networks(
     critic_model: str | None = None,
     reference: bool = False,
     lora: LoRASettings | None = None,
+    teacher: str | None = None,
 ) -> PolicyNetworks:
     """Load the policy from ``model`` (hub id, folder, ``builtin:``); ``critic``: ``separate``
     (a value network from ``critic_model`` or ``model``), ``value_head`` (a head on the policy's
@@ -42,7 +44,9 @@ def build_policy_networks(
     trained policy is float32). Under ZeRO-3 (``strategy``) the pretrained weights load straight
     into the partitions; under FSDP2 the policy and critic are sharded (``shard_networks``).
     ``lora`` (rank > 0): the policy gets adapters (its base frozen, loaded in 4 bits with
-    ``quantize``), and no separate reference is loaded (the base is the reference)."""
+    ``quantize``), and no separate reference is loaded (the base is the reference).
+    ``teacher``: on-policy distillation's teacher (hub id, folder, ``builtin:``), frozen, in the
+    reference's dtype."""
     lora = lora or LoRASettings()
     precision = precision or PrecisionSettings()
     dtype = precision.dtype
@@ -58,8 +62,9 @@ def build_policy_networks(
         ref_dtype = precision.reference_dtype or dtype
         separate = reference and not lora.enabled
         ref = freeze(load_causal_lm(model, dtype=ref_dtype)) if separate else None
-    shard_networks(strategy, policy, value)  # FSDP2: the trained networks; the reference whole
-    return PolicyNetworks(policy, value, ref)
+        taught = None if teacher is None else freeze(load_causal_lm(teacher, dtype=ref_dtype))
+    shard_networks(strategy, policy, value)  # FSDP2: the trained networks; the frozen ones whole
+    return PolicyNetworks(policy, value, ref, taught)
 
 
 def _load_policy(model: str, dtype: Dtype, lora: LoRASettings, gradient_checkpointing: bool) -> Any:

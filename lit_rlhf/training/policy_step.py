@@ -5,8 +5,8 @@ settings, the rollout collector, the optimizer step and the mini-batch shuffling
 
 The module must have: ``policy``, ``critic`` (None without GAE), ``ref_policy`` (None without a
 KL, and under LoRA, where the reference is ``policy`` with its adapters off), ``tokenizer``, a
-float ``kl_coef`` (an adaptive controller may move it) and an int ``rollout_step``; it uses
-manual optimisation with one optimizer.
+float ``kl_coef`` (an adaptive controller may move it), an int ``rollout_step`` and, distilling,
+a ``teacher`` (:class:`~lit_rlhf.rollout.TokenScorer`); it uses manual optimisation.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class PolicyStep:
             lr_idle_batches=k,  # the first k batches only generate
         )
         self.shuffle = torch.Generator().manual_seed(settings.update.seed)
-        self.frozen = FrozenModules("ref_policy")
+        self.frozen = FrozenModules("ref_policy", "teacher")
         self.logged_keys: set[str] = set()  # every step metric logged so far
         self.mismatch = resolve_mismatch(settings, collector.engine)
         self.sampler = (
@@ -220,6 +220,7 @@ class PolicyStep:
             use_current_as_old=self.settings.single_update(len(rollout)),
             reference_mode=reference_mode,
             left_out=stale,
+            teacher=getattr(module, "teacher", None) if self.settings.distill.enabled else None,
         )
         if self.overlong_filter:
             experience.loss_mask = ~self.truncated(module, rollout)

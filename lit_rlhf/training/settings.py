@@ -1,10 +1,10 @@
 """The settings of a PPO-family update, as one typed, frozen, validated record.
 
 Modules take the settings groups of :mod:`lit_rlhf.settings` (``update``, ``rollout``,
-``advantage``, ``loss``, ``mismatch``, ``kl``, ``critic``, ``optim``) and hand them to the core
-as one :class:`PPOSettings`. Each group checks its own fields when it is built; this record
-checks the combinations across groups, so a bad combination fails when the module is built,
-before any model loads, with a message that names the dotted keys and the fix.
+``advantage``, ``loss``, ``mismatch``, ``kl``, ``critic``, ``optim``, ``distill``) and hand them
+to the core as one :class:`PPOSettings`. Each group checks its own fields when it is built; this
+record checks the combinations across groups, so a bad combination fails when the module is
+built, before any model loads, with a message that names the dotted keys and the fix.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lit_rlhf.settings import (
     AdvantageSettings,
     CriticSettings,
+    DistillSettings,
     KLSettings,
     MismatchSettings,
     OptimSettings,
@@ -42,6 +43,7 @@ class PPOSettings:
     kl: KLSettings = field(default_factory=KLSettings)
     critic: CriticSettings = field(default_factory=CriticSettings)
     optim: OptimSettings = field(default_factory=OptimSettings)
+    distill: DistillSettings = field(default_factory=DistillSettings)
 
     def __post_init__(self) -> None:
         self._check_combinations()
@@ -64,7 +66,7 @@ class PPOSettings:
             )
         self._check_staleness()
         g = self.rollout.samples_per_prompt
-        if self.advantage.per_group and g < 2:
+        if self.advantage.per_group and g < 2 and not self.distill.pure:
             raise ValueError(
                 f"advantage.estimator={self.advantage.estimator!r} compares samples of the same "
                 f"prompt, and rollout.samples_per_prompt={g} gives one. Fix: set "
