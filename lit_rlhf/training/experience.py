@@ -56,12 +56,10 @@ def build_experience(
     with a forward pass when ``update.recompute_old_log_probs``. ``reference_mode``: the context
     the reference forward runs in (under LoRA ``ref_policy`` is the policy itself and this
     switches its adapters off). ``left_out`` [B] bool: samples dropped as failed ones are.
-    ``teacher``: on-policy distillation's teacher; its per-token advantages on the student's
-    log-probs from the trainer's forward are mixed in (:func:`~.teacher.mix_distillation`)."""
+    ``teacher``: on-policy distillation's teacher, whose per-token advantages are mixed in
+    (:func:`~.teacher.mix_distillation`)."""
     budget = settings.packed  # packed forwards of this many tokens (None: padded)
-    forward, values = _policy_forward(
-        policy, critic, rollout, settings, temperature, distill=teacher is not None
-    )
+    forward, values = _policy_forward(policy, critic, rollout, settings, temperature)
     old = forward if settings.recompute else rollout.sample_log_probs
     ref = None
     if ref_policy is not None:
@@ -78,11 +76,11 @@ def build_experience(
     advantages, returns = kept_advantages(
         kept, compute, rollout, old_log_probs=old, ref_log_probs=ref, values=values
     )
-    if teacher is not None and forward is not None:
+    if teacher is not None:
         mask = _agent_tokens(rollout) if kept is None else _agent_tokens(rollout) & kept[:, None]
         advantages = mix_distillation(
-            advantages, rollout, settings.distill, student=forward, teacher=teacher,
-            temperature=temperature, mask=mask,
+            advantages, rollout, settings.distill, student=policy, teacher=teacher,
+            budget=budget, temperature=temperature, mask=mask,
         )  # fmt: skip
     return Experience(
         rollout=rollout,
@@ -103,18 +101,15 @@ def _policy_forward(
     rollout: Rollout,
     settings: PPOSettings,
     temperature: float,
-    *,
-    distill: bool,
 ) -> tuple[Tensor | None, Tensor | None]:
     """(the trainer's log-probs [B, R] of the rollout, or None; the critic's values [B, R], or
-    None): the policy's forward runs when the old log-probs are recomputed, for a value head's
-    hidden states, or for distillation (the student's log-probs, computed exactly as the
-    teacher's)."""
+    None): the policy's forward runs when the old log-probs are recomputed or for a value
+    head's hidden states."""
     budget = settings.packed
     value_head = critic is not None and settings.value_head
     log_probs: Tensor | None = None
     values: Tensor | None = None
-    if settings.recompute or value_head or distill:
+    if settings.recompute or value_head:
         log_probs, hidden = rollout_forward(
             policy, rollout, budget, temperature=temperature, with_hidden=value_head
         )

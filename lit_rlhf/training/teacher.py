@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from lit_rlhf.algos import distill_advantages
 from lit_rlhf.errors import SettingError
+from lit_rlhf.rollout.base import eval_mode
 from lit_rlhf.rollout.scorer import TokenScorer
 from lit_rlhf.settings import DistillSettings
 from lit_rlhf.training.packing import rollout_forward
@@ -48,14 +49,29 @@ class FrozenTeacher(nn.Module):
         self.model = model
         self.budget = budget
 
-    def train(self, mode: bool = True) -> FrozenTeacher:
-        """Stays in eval mode (no dropout) when the LightningModule around it is set to train."""
-        return super().train(False)
-
-    @torch.no_grad()
     def token_log_probs(self, rollout: Rollout, *, temperature: float) -> Tensor:
         """[B, R] float32 log-probs of the rollout's response tokens under the teacher."""
-        return rollout_forward(self.model, rollout, self.budget, temperature=temperature)[0]
+        return scored_log_probs(self.model, rollout, self.budget, temperature=temperature)
+
+
+@torch.no_grad()
+def scored_log_probs(
+    model: nn.Module, rollout: Rollout, budget: int | None, *, temperature: float
+) -> Tensor:
+    """[B, R] log-probs of the rollout's response tokens under ``model`` in eval mode (no
+    dropout) and with its parameters' ``requires_grad`` off for the forward (on CPU the flag
+    changes the kernels' last bits, even under ``no_grad``), whatever state the LightningModule
+    around it is in: the student's and the teacher's go through here alike, so a teacher equal
+    to the student gives exactly the student's log-probs."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    try:
+        for p in trainable:
+            p.requires_grad_(False)
+        with eval_mode(model):
+            return rollout_forward(model, rollout, budget, temperature=temperature)[0]
+    finally:
+        for p in trainable:
+            p.requires_grad_(True)
 
 
 def check_teacher_tokenizer(
@@ -90,20 +106,23 @@ def mix_distillation(
     rollout: Rollout,
     distill: DistillSettings,
     *,
-    student: Tensor,
+    student: nn.Module,
     teacher: TokenScorer,
+    budget: int | None,
     temperature: float,
     mask: Tensor,
 ) -> Tensor:
     """``distill.task_reward_coef`` x the task ``advantages`` [B, R] plus the teacher's
-    per-token advantages on ``mask`` (the counted tokens of the kept samples); ``student``
-    [B, R]: the student's log-probs of its sampled tokens (the trainer's forward, the same as
-    the teacher's). ``distill/reverse_kl`` and ``distill/reward_mean`` go into the rollout's
-    logged statistics."""
+    per-token advantages on ``mask`` (the counted tokens of the kept samples). The student's
+    log-probs of its sampled tokens come from its forward in the trainer
+    (:func:`scored_log_probs`, as a local teacher's: a teacher equal to the student gives exactly
+    0), not from the engine. ``distill/reverse_kl`` and ``distill/reward_mean`` go into the
+    rollout's logged statistics."""
+    own = scored_log_probs(student, rollout, budget, temperature=temperature)
     teacher_log_probs = teacher.token_log_probs(rollout, temperature=temperature)
     taught, stats = distill_advantages(
-        student,
-        teacher_log_probs.to(student.device),
+        own,
+        teacher_log_probs.to(own.device),
         mask,
         coef=distill.coef,
         discount=distill.discount,
