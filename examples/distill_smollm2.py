@@ -8,8 +8,8 @@ download). Training: ``configs/ppo/countdown_distill_tiny.yaml`` with the models
 pure distillation (``distill.task_reward_coef: 0``, discount 0), the Countdown reward logged
 only.
 
-Command: python scripts/distill_smollm2.py --steps 200     (about an hour on 2 CPU cores)
-         python scripts/distill_smollm2.py --smoke         (2 steps, under 2 minutes)
+Command: python examples/distill_smollm2.py --steps 200     (about an hour on 2 CPU cores)
+         python examples/distill_smollm2.py --smoke         (2 steps, under 2 minutes)
 Output: runs/distill_smollm2/version_N/metrics.csv and kl_curve.csv (step, distill/reverse_kl,
 reward/mean) in that folder; the curve is printed as it is written.
 """
