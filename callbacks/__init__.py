@@ -6,6 +6,8 @@
 - :class:`ConsistencyAnswerReward`, :class:`CritiqueConsistencyReward`: ConsistRM's label-free
   rewards for a generative reward model (reward terms).
 - :class:`MetricsPlot`: PNG of logged metrics per step at the end of fit.
+- :class:`PeriodicCheckpoint`: ``last.ckpt`` and a checkpoint every N optimizer steps, as a
+  resumable RL run needs them (the shipped configs use it).
 - :class:`ModularGradientSurgery` (MGS): PCGrad per parameter group over the domains of each
   optimizer step (per-task gradients through the core's task-by-task backward).
 - :class:`TrustRegionEntropy` (TRE), :class:`EntropyBonus`, :class:`ForkingTokens`,
@@ -26,6 +28,7 @@ from lit_rlhf.callbacks.exploration import EntropyBonus, ForkingTokens, KLCov, T
 from lit_rlhf.callbacks.gradient_surgery import ModularGradientSurgery
 from lit_rlhf.callbacks.reward_plot import MetricsPlot
 from lit_rlhf.callbacks.trust_region_diagnostics import TrustRegionDiagnostics
+from lit_rlhf.training.run_checkpoint import PeriodicCheckpoint
 from lit_rlhf.training.protocols import (
     GradientHook,
     PolicyLossContext,
@@ -47,6 +50,7 @@ __all__ = [
     "GradientHook",
     "KLCov",
     "MetricsPlot",
+    "PeriodicCheckpoint",
     "ModularGradientSurgery",
     "PolicyLossContext",
     "PolicyLossTerm",

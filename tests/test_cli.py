@@ -81,7 +81,7 @@ def test_evaluating_a_checkpoint_keeps_the_configs_settings_and_resuming_warns(
     root = [f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false"]
     cli_main(["fit", "--config", config, *root, "--trainer.max_steps=1",
               "--trainer.limit_val_batches=0"])  # fmt: skip
-    (ckpt,) = tmp_path.glob("checkpoints/*.ckpt")
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"  # the config's PeriodicCheckpoint
     with pytest.warns(UserWarning, match=r"judge\.eval_samples: config 2, checkpoint 1"):
         cli = cli_main(["validate", "--config", config, *root, f"--ckpt_path={ckpt}",
                         "--model.init_args.judge.eval_samples=2",

@@ -38,6 +38,8 @@ unless the command line says ``--weights_only false``.
 A run of more than one process starts with a preflight: every rank meets at the rendezvous
 within ``LIT_RLHF_PREFLIGHT_TIMEOUT_S`` (default 60 s), or the run ends with one line naming the
 missing ranks (:mod:`lit_rlhf.strategies.preflight`).
+A resumed ``fit`` logs into the CSV / TensorBoard folder of the run it resumes, keeping the rows
+logged before the checkpoint (:mod:`lit_rlhf.cli.log_folder`).
 Checkpoint files are written atomically (:class:`~lit_rlhf.training.AtomicCheckpointIO`: a run
 killed mid-write leaves ``last.ckpt`` whole) unless the config chooses a checkpoint IO plugin.
 
@@ -63,11 +65,9 @@ from lightning.pytorch.cli import LightningCLI
 
 import lit_rlhf.cli.checkpoints as ckpt
 from lit_rlhf.cli.errors import LitRLHFParser, refuse_abbreviations, root_cause
+from lit_rlhf.cli.log_folder import continue_log_folders, logged_batches
+from lit_rlhf.cli.quiet import quiet_third_party
 from lit_rlhf.errors import config_refusal
-from lit_rlhf.strategies.preflight import install_preflight
-from lit_rlhf.training.checkpoint_io import use_atomic_checkpoint_io
-from lit_rlhf.training.faults import CheckpointOnInterrupt
-from lit_rlhf.training.precision import resolve_precision
 
 _EVALUATE = ("validate", "test", "predict")
 _EXPORT_EPILOG = (
@@ -89,12 +89,20 @@ class LitRLHFTrainer(Trainer):
             before Lightning sees it and logged with the reason
             (:func:`~lit_rlhf.training.precision.resolve_precision`). An explicit value is
             never changed.
+        enable_checkpointing: Lightning's; ``false`` also leaves out the config's
+            :class:`~lit_rlhf.callbacks.PeriodicCheckpoint` (every shipped config has one),
+            which Lightning would otherwise refuse beside it.
     """
 
     def __init__(
         self, *, precision: _PRECISION_INPUT | Literal["auto"] | None = None, **kwargs: Any
     ) -> None:
+        from lit_rlhf.training.precision import resolve_precision  # (lazy: a fast --help)
+        from lit_rlhf.training.run_checkpoint import without_periodic
+
         resolved = resolve_precision(precision, kwargs.get("accelerator", "auto"))
+        if kwargs.get("enable_checkpointing") is False:  # the command line's choice wins
+            kwargs["callbacks"] = without_periodic(kwargs.get("callbacks"))
         super().__init__(precision=resolved, **kwargs)
 
 
@@ -115,10 +123,22 @@ class LitRLHFCLI(LightningCLI):
         refuse_abbreviations(parser, argv, self.config)
 
     def after_instantiate_classes(self) -> None:
+        from lit_rlhf.strategies.preflight import install_preflight
+        from lit_rlhf.training.checkpoint_io import use_atomic_checkpoint_io
+
         use_atomic_checkpoint_io(self.trainer.strategy)
         install_preflight(self.trainer.strategy)  # all ranks meet within a deadline first
 
+    def before_fit(self) -> None:
+        """A resumed run logs into the folder of the run it resumes
+        (:mod:`lit_rlhf.cli.log_folder`)."""
+        path = self.config[self.subcommand].get("ckpt_path")
+        if path is not None:
+            continue_log_folders(self.trainer, str(path), getattr(self, "_logged_batches", None))
+
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        from lit_rlhf.training.faults import CheckpointOnInterrupt
+
         trainer = super().instantiate_trainer(**kwargs)
         callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]  # set in __init__
         if not any(isinstance(c, CheckpointOnInterrupt) for c in callbacks):
@@ -144,7 +164,10 @@ class LitRLHFCLI(LightningCLI):
         path = self.config[subcommand].get("ckpt_path")
         if path is None:
             return
-        hparams = ckpt.read_hparams(str(path))
+        checkpoint = ckpt.read_checkpoint(str(path))
+        self._logged_batches = logged_batches(checkpoint)
+        hparams = dict(checkpoint.get("hyper_parameters") or {})
+        del checkpoint
         hparams.pop("_instantiator", None)
         if not hparams:
             return
@@ -261,6 +284,7 @@ def cli_main(
     """Build (and by default run) the CLI; ``args`` as on the command line. ``cli_class``: a
     subclass with more arguments (``lit-rlhf export``: :mod:`lit_rlhf.cli.export`)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    quiet_third_party()
     importable_working_folder()
     return cli_class(
         LightningModule,

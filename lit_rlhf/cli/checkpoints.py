@@ -113,6 +113,13 @@ def unreadable(path: Any, cause: str) -> CheckpointError:
 def read_hparams(path: str) -> dict[str, Any]:
     """The hyperparameters a checkpoint file, DeepSpeed folder or DCP folder holds ({} if
     none)."""
+    return dict(read_checkpoint(path).get("hyper_parameters") or {})
+
+
+def read_checkpoint(path: str) -> dict[str, Any]:
+    """A checkpoint file's dict, or the non-weight part of a DeepSpeed or DCP folder (its model
+    states file / ``meta.pt``: hyperparameters, loop state); a wrong path or file is refused
+    naming it."""
     target = Path(path)
     if target.is_dir():
         target = dcp_meta(target) if is_dcp(target) else deepspeed_model_states(target)
@@ -130,8 +137,7 @@ def read_hparams(path: str) -> dict[str, Any]:
         raise unreadable(target, f"BadZipFile: {err}") from err
     if not isinstance(checkpoint, dict):
         raise unreadable(target, f"it holds a {type(checkpoint).__name__}, not a checkpoint dict")
-    hparams = checkpoint.get("hyper_parameters") or {}
-    return dict(hparams)
+    return checkpoint
 
 
 def _interrupted(target: Path) -> str:

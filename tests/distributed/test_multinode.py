@@ -86,7 +86,7 @@ def test_torchrun_two_nodes_train_and_resume(tmp_path: Path) -> None:
     )
     assert "preflight: 2 of 2 ranks met at 127.0.0.1:" in outputs[0]
     assert "(TorchElasticEnvironment): rank 0 node 0 local 0" in outputs[0]
-    (ckpt,) = tmp_path.glob("checkpoints/*.ckpt")
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"  # the config's PeriodicCheckpoint
     assert torch.load(ckpt, weights_only=True)["global_step"] == 2
     port = _free_port()
     resumed = tmp_path / "resumed"
@@ -96,7 +96,7 @@ def test_torchrun_two_nodes_train_and_resume(tmp_path: Path) -> None:
          for r in (0, 1)],
         240,
     )  # fmt: skip
-    (last,) = resumed.glob("checkpoints/*.ckpt")
+    last = resumed / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=True)["global_step"] == 3
 
 
@@ -112,7 +112,7 @@ def test_slurm_two_tasks_detect_slurm_and_their_ranks(tmp_path: Path) -> None:
     assert "(SLURMEnvironment): rank 0 node 0 local 0" in line
     assert "; rank 1 node 1 local 0" in line
     assert "preflight:" not in outputs[1]  # rank 0 reports
-    (ckpt,) = tmp_path.glob("checkpoints/*.ckpt")
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"  # the config's PeriodicCheckpoint
     assert torch.load(ckpt, weights_only=True)["global_step"] == 2
 
 

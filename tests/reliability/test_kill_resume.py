@@ -116,15 +116,17 @@ def finish(process: Any, log: Path, timeout: float = 120) -> None:
         pytest.fail(f"training run exited with {process.exitcode}:\n{tail}")
 
 
-def fit_args(case: Case, root: Path, version: str) -> list[str]:
+def fit_args(case: Case, root: Path, version: str, *, only_ours: bool = False) -> list[str]:
     """The run's command line: the config, a CSV log ``root/logs/*/<version>``, checkpoints
     every 2 steps into ``root/ckpt`` (a copy as last.ckpt), ``STEPS`` steps in one epoch (unless
-    the case's arguments, last, say otherwise)."""
+    the case's arguments, last, say otherwise); ``only_ours``: without the config's callbacks
+    (its PeriodicCheckpoint would write at the same steps)."""
     return [
         f"--config={case.config}",
         f"--trainer.default_root_dir={root}",
         f"--trainer.logger.init_args.save_dir={root / 'logs'}",
         f"--trainer.logger.init_args.version={version}",
+        *(["--trainer.callbacks=[]"] if only_ours else []),  # without the config's checkpoints
         "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
         f"--trainer.callbacks.dirpath={root / 'ckpt'}",
         "--trainer.callbacks.every_n_train_steps=2",
@@ -237,7 +239,7 @@ def test_kill_while_writing_a_checkpoint_leaves_last_ckpt_whole(
     last.ckpt): the half-written bytes never take a checkpoint's name, last.ckpt still is the
     whole step-2 checkpoint, and the run resumes from it."""
     argv = [
-        *fit_args(CASES["rm-bt"], tmp_path, "killed"),
+        *fit_args(CASES["rm-bt"], tmp_path, "killed", only_ours=True),  # its writes counted
         "--trainer.callbacks+=tests.reliability.run_training.KillWhileWritingCheckpoint",
         "--trainer.callbacks.at_step=4",
         f"--trainer.callbacks.write={write}",

@@ -1,0 +1,118 @@
+"""The checkpoints a run can be resumed from: ``last.ckpt`` and one every N optimizer steps.
+
+:class:`PeriodicCheckpoint` is Lightning's ``ModelCheckpoint`` with the three things a
+resumable RL run needs and Lightning's defaults do not give under manual optimisation (every
+lit-rlhf module optimises manually):
+
+- **The interval is crossed, not hit.** Lightning saves when ``global_step % N == 0`` at a
+  batch's end; a PPO batch takes several optimizer steps (``ppo_epochs`` x mini-batches), so the
+  step count can jump over every multiple of N and never save. Here a batch that carries
+  ``global_step`` past a multiple of N saves.
+- **``last.ckpt`` holds the final state.** Lightning writes ``last.ckpt`` with each periodic save
+  and at the end only if it never wrote one, so a run whose length is not a multiple of N ends
+  with a stale ``last.ckpt``. Here the end of ``fit`` refreshes it (a batch boundary: the resumed
+  run continues with the next batch).
+- **No warning about pre-optimisation state.** Lightning warns under manual optimisation that the
+  checkpoint holds the weights after the optimizer step; lit-rlhf wants exactly that (the saved
+  loop position is the next batch), so the warning is not raised.
+
+A kill at any moment leaves the previous ``last.ckpt`` whole: lit-rlhf's CLI writes checkpoint
+files atomically (:class:`~lit_rlhf.training.AtomicCheckpointIO`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
+
+
+class PeriodicCheckpoint(ModelCheckpoint):
+    """``last.ckpt`` plus a checkpoint every ``every_n_train_steps`` optimizer steps.
+
+    Args:
+        every_n_train_steps: save when a training batch carries ``trainer.global_step`` (optimizer
+            steps) past a multiple of this (>= 1).
+        save_last: ``True``: ``last.ckpt`` is written with every save and at the end of fit;
+            ``"link"``: it is a link to the newest checkpoint (no second write: large ZeRO
+            folders); ``False`` is refused (use Lightning's ``ModelCheckpoint``).
+        save_top_k: how many periodic checkpoints to keep, the newest (-1: all); with more
+            than one and no ``monitor``, the monitor is the step.
+        filename: the periodic checkpoints' name pattern.
+        **kwargs: any other argument of Lightning's ``ModelCheckpoint`` (``dirpath``, ...).
+    """
+
+    def __init__(
+        self,
+        every_n_train_steps: int = 50,
+        save_last: bool | str = True,
+        save_top_k: int = -1,
+        filename: str = "{step}",
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(every_n_train_steps, bool) or not isinstance(every_n_train_steps, int):
+            raise ValueError(
+                f"PeriodicCheckpoint every_n_train_steps must be an integer >= 1, got "
+                f"{every_n_train_steps!r}. Fix: set the interval in optimizer steps."
+            )
+        if every_n_train_steps < 1:
+            raise ValueError(
+                f"PeriodicCheckpoint every_n_train_steps must be >= 1, got {every_n_train_steps}. "
+                "Fix: set the interval in optimizer steps; for epoch-end checkpoints only, use "
+                "Lightning's ModelCheckpoint."
+            )
+        if save_last not in (True, "link"):
+            raise ValueError(
+                f"PeriodicCheckpoint save_last must be true or 'link', got {save_last!r}: a run "
+                "without last.ckpt cannot be resumed by name. Fix: use Lightning's "
+                "ModelCheckpoint for periodic checkpoints alone."
+            )
+        if save_top_k > 1 and kwargs.get("monitor") is None:
+            kwargs.update(monitor="step", mode="max")  # the k newest (Lightning needs a monitor)
+        super().__init__(
+            every_n_train_steps=every_n_train_steps,
+            save_last=save_last,  # type: ignore[arg-type]  # Lightning's Literal["link"]
+            save_top_k=save_top_k,
+            filename=filename,
+            **kwargs,
+        )
+
+    @override
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any
+    ) -> None:
+        if pl_module.automatic_optimization:
+            super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
+            return
+        every = self._every_n_train_steps
+        if trainer.global_step // every <= self._last_global_step_saved // every:
+            return  # no multiple of the interval crossed since the last save
+        if self._should_skip_saving_checkpoint(trainer):
+            return
+        self._save_both(trainer)
+
+    @override
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._should_skip_saving_checkpoint(trainer):  # skips a step saved already
+            self._save_both(trainer)  # "link" needs a checkpoint of this step to point at
+
+    def _save_both(self, trainer: Trainer) -> None:
+        candidates = self._monitor_candidates(trainer)
+        self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
+
+
+def without_periodic(callbacks: Any) -> Any:
+    """``callbacks`` (a Trainer's argument: None, one callback or a list) without
+    :class:`PeriodicCheckpoint`: ``enable_checkpointing: false`` given on the command line over
+    a shipped config turns its periodic checkpoints off instead of being refused by Lightning."""
+    if callbacks is None:
+        return None
+    items = callbacks if isinstance(callbacks, list) else [callbacks]
+    kept = [c for c in items if not isinstance(c, PeriodicCheckpoint)]
+    if len(kept) < len(items):
+        rank_zero_info("enable_checkpointing: false: the config's PeriodicCheckpoint is left out")
+    return kept
