@@ -7,6 +7,7 @@ and every refusal of bad input. The ZeRO-3 folder: tests/distributed/test_export
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,8 @@ def test_dpo_lora_merged_and_adapter_give_the_same_model(tmp_path: Path) -> None
 
     adapter = export(DPO, ckpt, tmp_path / "adapter", *lora, "--lora=adapter")
     assert (adapter / "adapter_config.json").is_file() and not (adapter / "config.json").exists()
+    saved = json.loads((adapter / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == module.hp.model  # the run's name: portable
     base = AutoModelForCausalLM.from_pretrained(
         module.model.peft_config["default"].base_model_name_or_path
     )

@@ -27,9 +27,7 @@ from typing import Any, NoReturn
 from lightning.pytorch.cli import LightningArgumentParser
 
 from lit_rlhf.cli.suggest import suggest
-from lit_rlhf.envs import environment_refusal
 from lit_rlhf.errors import SettingError
-from lit_rlhf.rollout import engine_refusal
 from lit_rlhf.settings import closest_field, group_params
 
 # jsonargparse's lines that describe its own search rather than the cause
@@ -47,7 +45,10 @@ _GROUP_OPTION = re.compile(r"^Group '([^']+)' does not accept option '([^']+)'")
 _CONTAINER_MISMATCH = re.compile(r"^- Expected a <class '(list|dict|tuple)'>$")
 _NOT_BY_SHAPE = re.compile(r"subclass of (EnvironmentLike|GenerationEngineLike)$")
 _GIVEN_PATH = re.compile(r"^Expected a path but (\S+) either")
-_SHAPE_REFUSALS = {"EnvironmentLike": environment_refusal, "GenerationEngineLike": engine_refusal}
+_SHAPE_REFUSALS = {  # imported when needed: the CLI starts without the envs and engines
+    "EnvironmentLike": ("lit_rlhf.envs", "environment_refusal"),
+    "GenerationEngineLike": ("lit_rlhf.rollout", "engine_refusal"),
+}
 
 
 class LitRLHFParser(LightningArgumentParser):
@@ -93,7 +94,9 @@ def _shape_refusal(lines: list[str]) -> str | None:
         cls = getattr(importlib.import_module(module), name)
     except Exception:
         return None
-    return _SHAPE_REFUSALS[found.group(1)](cls)
+    module, name = _SHAPE_REFUSALS[found.group(1)]
+    refusal: Any = getattr(importlib.import_module(module), name)
+    return refusal(cls)
 
 
 def _first_branches(lines: list[str]) -> list[str]:

@@ -237,7 +237,11 @@ def export_module(module: LightningModule, options: ExportOptions) -> Path:
     where = load_network_weights(module, network, state, options.ckpt_path)
     if options.out.exists():  # checked: empty, or a previous export replaced by --overwrite
         shutil.rmtree(options.out)
-    save_network(network, tokenizer, options.out, lora=options.lora, dtype=options.dtype)
+    base = ckpt.flatten(hparams).get("model")  # the run's own name for it, not a cache path
+    save_network(
+        network, tokenizer, options.out, lora=options.lora, dtype=options.dtype,
+        base_model=base if isinstance(base, str) else None,
+    )  # fmt: skip
     kind = "adapter" if options.lora == "adapter" and is_lora(network) else "model"
     print(f"lit-rlhf export: {name}.{where} ({kind}) and its tokenizer -> {options.out}")
     if options.push_to_hub is not None:

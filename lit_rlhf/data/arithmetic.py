@@ -5,9 +5,15 @@ where a calculator tool pays, since a small model computes two-digit products ba
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
+from lit_rlhf.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import datasets
+else:
+    datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
+
 
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 

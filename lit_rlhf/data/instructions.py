@@ -34,9 +34,7 @@ import random
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from lit_rlhf.data.evaluation_prompts import (
     EvaluationPrompts,
@@ -51,6 +49,13 @@ from lit_rlhf.data.offline_instructions import (
     _conflicts,
 )
 from lit_rlhf.data.sources import PromptSource, _check_template, _load_table
+from lit_rlhf.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import datasets
+else:
+    datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
+
 
 __all__ = [  # the held-out check and the generator's tables are re-exported
     "OFFLINE_INSTRUCTIONS",

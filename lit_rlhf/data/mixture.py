@@ -11,11 +11,15 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import Any, Literal
-
-import datasets
+from typing import TYPE_CHECKING, Any, Literal
 
 from lit_rlhf.data.sources import PromptSource
+from lit_rlhf.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import datasets
+else:
+    datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
 
 
 class MixturePrompts:

@@ -34,9 +34,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Literal
-
-import datasets
+from typing import TYPE_CHECKING, Any, Literal
 
 from lit_rlhf.data.judge_benchmarks import BENCHMARK_SCHEMAS
 from lit_rlhf.data.judge_templates import (
@@ -58,6 +56,13 @@ from lit_rlhf.data.pair_fields import (
 )
 from lit_rlhf.data.sources import _load_table
 from lit_rlhf.data.trl_pairs import detect_pair_schema, read_trl
+from lit_rlhf.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import datasets
+else:
+    datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
+
 
 PairSchema = Literal[
     "auto",

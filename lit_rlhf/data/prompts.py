@@ -32,9 +32,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, Sampler
@@ -49,8 +48,15 @@ from lit_rlhf.data.prompt_batches import (
 )
 from lit_rlhf.data.sources import PromptSource
 from lit_rlhf.errors import DataError
+from lit_rlhf.lazy import lazy_module
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.settings import DataBatchSettings
+
+if TYPE_CHECKING:
+    import datasets
+else:
+    datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
+
 
 __all__ = [  # the batch helpers and the sampler are re-exported: imported from here elsewhere
     "EpochShuffleSampler",

@@ -21,11 +21,16 @@ import string
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
-
-import datasets
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from lit_rlhf.data.countdown import countdown_question, generate_countdown
+from lit_rlhf.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import datasets
+else:
+    datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
+
 
 _FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 

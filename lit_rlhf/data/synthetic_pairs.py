@@ -18,12 +18,17 @@ length-biased judge falls for (length bias in reward models: Singhal et al., arX
 from __future__ import annotations
 
 import random
-from typing import Any, Literal
-
-import datasets
+from typing import TYPE_CHECKING, Any, Literal
 
 from lit_rlhf.data.countdown import countdown_question, generate_countdown
 from lit_rlhf.data.judge_templates import PreferencePair, SwapMode, check_pair_options, judge_rows
+from lit_rlhf.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import datasets
+else:
+    datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
+
 
 _OFFSETS = (-3, -2, -1, 1, 2, 3)  # how far a wrong arithmetic result is from the right one
 _WORD_LIST = (

@@ -19,23 +19,19 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from lit_rlhf.data.sources import _load_table
+from lit_rlhf.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import datasets
+else:
+    datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
+
 
 _TABLE_SUFFIXES = (".json", ".parquet", ".csv")
-_ROW_FEATURES = datasets.Features(
-    {
-        **{
-            name: datasets.Value("string")
-            for name in ("query_id", "task", "question", "context", "continuation")
-        },
-        "input_ids": datasets.Sequence(datasets.Value("int64")),
-        "continuation_ids": datasets.Sequence(datasets.Value("int64")),
-    }
-)
+_TEXT_COLUMNS = ("query_id", "task", "question", "context", "continuation")
 _FOLDER_SUFFIXES = (".txt", ".jsonl")
 
 
@@ -138,7 +134,7 @@ class TextChunks:
             drawn = random.Random(self.seed).sample(range(len(chunks)), self.max_chunks)
             chunks = [chunks[i] for i in sorted(drawn)]
         rows = [self._row(token_docs[d], d, o) for d, o in chunks]
-        return datasets.Dataset.from_list(rows, features=_ROW_FEATURES)
+        return datasets.Dataset.from_list(rows, features=_row_features())
 
     def _row(self, ids: list[int], doc: int, offset: int) -> dict[str, Any]:
         end = offset + self.context_tokens
@@ -268,3 +264,10 @@ def _check_chunking(
             f"min_context_tokens must be in [1, context_tokens={context_tokens}], got "
             f"{min_context}. Fix: leave it unset to keep only full contexts."
         )
+
+
+def _row_features() -> datasets.Features:
+    """The chunk rows' columns (built when data loads: ``datasets`` is imported lazily)."""
+    ids = datasets.Sequence(datasets.Value("int64"))
+    text = {name: datasets.Value("string") for name in _TEXT_COLUMNS}
+    return datasets.Features({**text, "input_ids": ids, "continuation_ids": ids})

@@ -11,13 +11,19 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import torch
 
 from lit_rlhf.envs.base import StepResult
+from lit_rlhf.lazy import lazy_module
 from lit_rlhf.types import RewardOutput
+
+if TYPE_CHECKING:
+    import datasets
+else:
+    datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
+
 
 _GUESS = re.compile(r"<guess>\s*(-?\d{1,9})\s*</guess>")
 

@@ -130,6 +130,10 @@ class RolloutSettings(SettingsGroup):
             overlong_buffer`` tokens, then down to ``-overlong_penalty_factor`` at the cap (null:
             off).
         overlong_penalty_factor: the punishment at the cap.
+        log_completions: every this many rollout steps, each sample's prompt, completion, reward
+            and reward parts (and environment turns) as a table: ``completions.jsonl`` beside the
+            metrics, a table to W&B / MLflow loggers, one sample on the console
+            (:class:`~lit_rlhf.training.completions.CompletionTable`); 0: off.
     """
 
     GROUP = "rollout"
@@ -142,6 +146,7 @@ class RolloutSettings(SettingsGroup):
     overlong_filter: bool = False
     overlong_buffer: int | None = None
     overlong_penalty_factor: float = 1.0
+    log_completions: int = 0
 
     def rules(self) -> list[Rule]:
         return [
@@ -155,6 +160,8 @@ class RolloutSettings(SettingsGroup):
              ">= 1 token, or null (no soft overlong penalty)"),
             ("overlong_penalty_factor", non_negative(self.overlong_penalty_factor),
              ">= 0 and finite"),
+            ("log_completions", is_int(self.log_completions) and self.log_completions >= 0,
+             ">= 0 rollout steps (0: off)"),
         ]  # fmt: skip
 
     def check(self) -> None:

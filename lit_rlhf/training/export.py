@@ -13,6 +13,7 @@ adapters merged into the weights or kept as a peft adapter folder.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -70,13 +71,17 @@ def save_network(
     *,
     lora: LoraExport = "merged",
     dtype: ExportDtype | None = None,
+    base_model: str | None = None,
 ) -> None:
     """Write ``network`` and ``tokenizer`` to ``out`` (one process, full weights in memory).
 
     ``lora="merged"``: the adapters merged into a copy of the base weights (a plain
     transformers folder); ``"adapter"``: peft's adapter folder (``adapter_config.json`` and the
     adapter weights; the base is the one the run started from). ``dtype`` casts a copy of the
-    written weights (None: as trained). ``network`` itself is left unchanged."""
+    written weights (None: as trained). ``base_model``: the base model's name as the run gave it
+    (a hub id, ``builtin:<name>``, a folder), written into an adapter folder's
+    ``adapter_config.json`` in place of the path it was loaded from (a hub cache path, which
+    makes the folder usable on this machine only). ``network`` itself is left unchanged."""
     if lora == "adapter" and not is_lora(network):
         raise ValueError(
             "lora='adapter' for a network without LoRA adapters. Fix: lora='merged' (the default)."
@@ -86,6 +91,11 @@ def save_network(
         written = copy.deepcopy(written) if written is network else written
         written = written.to(getattr(torch, dtype))
     write_pretrained(written, tokenizer, out)
+    config = Path(out) / "adapter_config.json"
+    if lora == "adapter" and base_model is not None and config.is_file():
+        settings = json.loads(config.read_text())
+        settings["base_model_name_or_path"] = base_model
+        config.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 
 def full_state_dict(trainer: Any, model: nn.Module) -> dict[str, Tensor] | None:

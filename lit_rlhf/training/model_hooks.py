@@ -10,6 +10,7 @@ from lightning import Callback
 from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.plan.check import check_memory
 from lit_rlhf.settings import PrecisionSettings
+from lit_rlhf.training.completions import CompletionTable
 from lit_rlhf.training.export import export_pretrained
 from lit_rlhf.training.loader_position import EpochEndLoaderReset
 from lit_rlhf.training.precision import check_trainable_precision
@@ -58,5 +59,6 @@ class ExportedModelHooks:
 def module_callbacks() -> list[Callback]:
     """The callbacks every lit-rlhf module returns from ``configure_callbacks``: exact resumes
     (the global generators; a fresh loader after an epoch-end checkpoint, the loader position at
-    another world size) and a plain progress line per step when stdout is not a terminal."""
-    return [GlobalRNGState(), EpochEndLoaderReset(), PlainProgress()]
+    another world size), a plain progress line per step when stdout is not a terminal, and the
+    completions table of a step that returns one (``rollout.log_completions``)."""
+    return [GlobalRNGState(), EpochEndLoaderReset(), PlainProgress(), CompletionTable()]

@@ -24,6 +24,7 @@ from lit_rlhf.models.checkpoint_weights import check_checkpoint_weights
 from lit_rlhf.models.loading import context_length
 from lit_rlhf.models.lora import is_lora
 from lit_rlhf.plan.flops import start_timer, update_perf
+from lit_rlhf.training.completions import due_completions
 from lit_rlhf.training.dynamic_sampling import DynamicSampler
 from lit_rlhf.training.experience import build_experience, experience_stats
 from lit_rlhf.training.frozen import FrozenModules, drop_frozen_weights, restore_frozen_weights
@@ -300,8 +301,8 @@ class PolicyStep:
     def log(
         self, module: Any, experience: Experience, update_stats: dict[str, Tensor]
     ) -> dict[str, Any]:
-        """Log the rollout's and the update's statistics through ``module.log``; returns what
-        callbacks read (``reward``, and ``kl`` with ``num_sequences`` for the adaptive KL)."""
+        """Log the step's statistics; returns what callbacks read (``reward``, ``kl``,
+        ``num_sequences``; ``completions`` for :class:`CompletionTable`)."""
         n, kept = len(experience), experience.kept  # the KL is measured on the kept samples
         stats = {**rollout_stats(experience.rollout), **experience_stats(experience)}
         if self.sampler is not None:
@@ -321,11 +322,10 @@ class PolicyStep:
         module.log("reward", stats["reward/mean"], prog_bar=True, logger=False, batch_size=n)
         if "rollout/kl" in stats:
             module.log("kl", stats["rollout/kl"], prog_bar=True, logger=False, batch_size=n)
-        return {
-            "reward": stats["reward/mean"].detach(),
-            "kl": stats.get("rollout/kl", torch.tensor(0.0)),
-            "num_sequences": torch.tensor(n if kept is None else int(kept.sum())),
-        }
+        sequences = torch.tensor(n if kept is None else int(kept.sum()))
+        kl = stats.get("rollout/kl", torch.tensor(0.0))
+        out = {"reward": stats["reward/mean"].detach(), "kl": kl, "num_sequences": sequences}
+        return due_completions(out, self.settings.rollout.log_completions, module, experience)
 
     def save(self, module: Any, checkpoint: dict[str, Any]) -> None:
         """``on_save_checkpoint``: the counters (rollouts, skipped optimizer steps, the lr

@@ -22,6 +22,7 @@ NAMES = {
     "overlap": "on-policy vs one-step-off training (max_staleness: 1)",
     "lora_memory": "peak memory of PPO updates, LoRA vs full fine-tuning",
     "precision": "the demo's wall time per precision, native and emulated no-bf16 CPU",
+    "cli_startup": "lit-rlhf --help and a refused config against import lightning",
 }
 
 

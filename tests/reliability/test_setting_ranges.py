@@ -71,6 +71,7 @@ RANGES: dict[str, tuple[str, list[Any]]] = {
     "mismatch.high": ("> 1, finite", [1.0, 0.5, NAN, INF]),
     "rollout.overlong_buffer": (">= 1 token, or null (no soft penalty)", [0, -3]),
     "rollout.overlong_penalty_factor": (">= 0, finite", [-1.0, NAN, INF]),
+    "rollout.log_completions": (">= 0 rollout steps (0: off)", [-1, 1.5]),
     "rollout.dynamic_sampling_max_rounds": (">= 1", [0, -1]),
     "rollout.max_staleness": (">= 0 (0: on-policy)", [-1]),
     "judge.eval_samples": (">= 1", [0]),
