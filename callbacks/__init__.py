@@ -28,7 +28,6 @@ from lit_rlhf.callbacks.exploration import EntropyBonus, ForkingTokens, KLCov, T
 from lit_rlhf.callbacks.gradient_surgery import ModularGradientSurgery
 from lit_rlhf.callbacks.reward_plot import MetricsPlot
 from lit_rlhf.callbacks.trust_region_diagnostics import TrustRegionDiagnostics
-from lit_rlhf.training.run_checkpoint import PeriodicCheckpoint
 from lit_rlhf.training.protocols import (
     GradientHook,
     PolicyLossContext,
@@ -39,6 +38,7 @@ from lit_rlhf.training.protocols import (
     policy_loss_terms,
     reward_terms,
 )
+from lit_rlhf.training.run_checkpoint import PeriodicCheckpoint
 
 __all__ = [
     "AdaptiveKL",
@@ -50,8 +50,8 @@ __all__ = [
     "GradientHook",
     "KLCov",
     "MetricsPlot",
-    "PeriodicCheckpoint",
     "ModularGradientSurgery",
+    "PeriodicCheckpoint",
     "PolicyLossContext",
     "PolicyLossTerm",
     "RewardContext",

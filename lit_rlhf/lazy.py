@@ -1,28 +1,52 @@
 """A module imported on first use, so that ``lit-rlhf --help`` and a refused config do not pay
 for it: ``datasets`` (with pandas and pyarrow, about a second) is needed only when data loads.
 
-``lazy_module(name)`` is the standard library's recipe (``importlib.util.LazyLoader``): the module
-object goes into ``sys.modules`` at once and runs its code at the first attribute access, from
-any importer. A module imported already is returned as it is.
+``lazy_module(name)`` returns a stand-in module object: its first public attribute read
+(``datasets.Dataset``) imports the real module and copies its names in. Probes of dunder names
+(``__args__``, ``__spec__``: jsonargparse reads every global of a module whose signatures it
+resolves) do not import it, and the stand-in is not put in ``sys.modules``, so an ``import``
+statement anywhere still gets the real module.
+
+The static import for the type checker goes under ``if MYPY:`` (mypy treats the name ``MYPY`` as
+``typing.TYPE_CHECKING``), not under ``if TYPE_CHECKING:``, which jsonargparse executes::
+
+    from lit_rlhf.lazy import MYPY, lazy_module
+
+    if MYPY:
+        import datasets
+    else:
+        datasets = lazy_module("datasets")
+
+``Table`` is ``datasets.Dataset`` for the type checker and ``Any`` at run time: the return type of
+a data source's ``load()``, which jsonargparse evaluates when it checks a class against the
+source protocol.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 from types import ModuleType
+from typing import Any
+
+MYPY = False  # True for mypy only (see the module docstring)
+
+if MYPY:
+    from datasets import Dataset as Table
+else:
+    Table = Any  # a source's ``load()`` type, which jsonargparse resolves (protocol checks)
+
+
+class _Deferred(ModuleType):
+    def __getattr__(self, attr: str) -> Any:  # called for names not loaded yet
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        module = importlib.import_module(self.__name__)
+        self.__dict__.update(
+            {k: v for k, v in vars(module).items() if not (k.startswith("__") and k != "__all__")}
+        )
+        return getattr(module, attr)
 
 
 def lazy_module(name: str) -> ModuleType:
-    """``name`` as a module whose code runs at its first attribute access."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
-        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    """A stand-in for the module ``name`` that imports it at its first public attribute read."""
+    return _Deferred(name)

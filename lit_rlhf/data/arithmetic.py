@@ -5,11 +5,11 @@ where a calculator tool pays, since a small model computes two-digit products ba
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lit_rlhf.lazy import lazy_module
+from lit_rlhf.lazy import MYPY, Table, lazy_module
 
-if TYPE_CHECKING:
+if MYPY:  # the type checker's view (see lit_rlhf.lazy)
     import datasets
 else:
     datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
@@ -75,5 +75,5 @@ class ArithmeticPrompts:
             })  # fmt: skip
         return out
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         return datasets.Dataset.from_list(self.rows())

@@ -34,7 +34,7 @@ import random
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lit_rlhf.data.evaluation_prompts import (
     EvaluationPrompts,
@@ -49,9 +49,9 @@ from lit_rlhf.data.offline_instructions import (
     _conflicts,
 )
 from lit_rlhf.data.sources import PromptSource, _check_template, _load_table
-from lit_rlhf.lazy import lazy_module
+from lit_rlhf.lazy import MYPY, Table, lazy_module
 
-if TYPE_CHECKING:
+if MYPY:  # the type checker's view (see lit_rlhf.lazy)
     import datasets
 else:
     datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
@@ -129,7 +129,7 @@ class InstructionPrompts:
         self.exclude = list(exclude)
         self.known = set(_registry())
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         raw = _load_table(self.path, self.name, self.split)
         for field in (self.messages_field, self.args_field):
             if field not in raw.column_names:
@@ -225,7 +225,7 @@ class GeneratedInstructionPrompts:
         self.instructions, self.question_template = chosen, question_template
         self.exclude = list(exclude)
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         rng, conflicts = random.Random(self.seed), _conflicts()
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()

@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from lit_rlhf.data.sources import PromptSource
-from lit_rlhf.lazy import lazy_module
+from lit_rlhf.lazy import MYPY, Table, lazy_module
 
-if TYPE_CHECKING:
+if MYPY:  # the type checker's view (see lit_rlhf.lazy)
     import datasets
 else:
     datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
@@ -95,7 +95,7 @@ class MixturePrompts:
             counts[i] += 1
         return counts
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         tables = [source.load() for source in self.sources]
         for i, table in enumerate(tables):
             if len(table) == 0:

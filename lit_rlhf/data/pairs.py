@@ -34,7 +34,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from lit_rlhf.data.judge_benchmarks import BENCHMARK_SCHEMAS
 from lit_rlhf.data.judge_templates import (
@@ -56,9 +56,9 @@ from lit_rlhf.data.pair_fields import (
 )
 from lit_rlhf.data.sources import _load_table
 from lit_rlhf.data.trl_pairs import detect_pair_schema, read_trl
-from lit_rlhf.lazy import lazy_module
+from lit_rlhf.lazy import MYPY, Table, lazy_module
 
-if TYPE_CHECKING:
+if MYPY:  # the type checker's view (see lit_rlhf.lazy)
     import datasets
 else:
     datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
@@ -158,7 +158,7 @@ class PreferencePairs:
         self.keep_ties, self.skip_malformed = keep_ties, skip_malformed
         self.format: str = schema  # the schema read; ``auto`` is resolved by ``load``
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         raw = _load_table(self.path, self.name, self.split)
         if self.schema == "auto":
             first = raw[0] if len(raw) else {}

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -48,11 +48,11 @@ from lit_rlhf.data.prompt_batches import (
 )
 from lit_rlhf.data.sources import PromptSource
 from lit_rlhf.errors import DataError
-from lit_rlhf.lazy import lazy_module
+from lit_rlhf.lazy import MYPY, lazy_module
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.settings import DataBatchSettings
 
-if TYPE_CHECKING:
+if MYPY:  # the type checker's view (see lit_rlhf.lazy)
     import datasets
 else:
     datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start

@@ -21,12 +21,12 @@ import string
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from lit_rlhf.data.countdown import countdown_question, generate_countdown
-from lit_rlhf.lazy import lazy_module
+from lit_rlhf.lazy import MYPY, Table, lazy_module
 
-if TYPE_CHECKING:
+if MYPY:  # the type checker's view (see lit_rlhf.lazy)
     import datasets
 else:
     datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
@@ -48,7 +48,7 @@ class PromptSource(Protocol):
       refused for such a source.
     """
 
-    def load(self) -> datasets.Dataset: ...
+    def load(self) -> Table: ...
 
 
 class CountdownPrompts:
@@ -95,7 +95,7 @@ class CountdownPrompts:
         if num_examples < 1:
             raise ValueError(f"num_examples must be >= 1, got {num_examples}")
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         rows = generate_countdown(self.num_examples, **self.kwargs)
         return datasets.Dataset.from_list(
             [
@@ -183,7 +183,7 @@ class FilePrompts:
             )
         self.where = dict(where or {})
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         raw = self._filter(self._load_raw())
         if self.shuffle_seed is not None:
             raw = raw.shuffle(seed=self.shuffle_seed)

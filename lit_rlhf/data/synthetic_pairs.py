@@ -18,13 +18,13 @@ length-biased judge falls for (length bias in reward models: Singhal et al., arX
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from lit_rlhf.data.countdown import countdown_question, generate_countdown
 from lit_rlhf.data.judge_templates import PreferencePair, SwapMode, check_pair_options, judge_rows
-from lit_rlhf.lazy import lazy_module
+from lit_rlhf.lazy import MYPY, Table, lazy_module
 
-if TYPE_CHECKING:
+if MYPY:  # the type checker's view (see lit_rlhf.lazy)
     import datasets
 else:
     datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
@@ -89,7 +89,7 @@ class SyntheticPairs:
         self.task_kind, self.distractor = task_kind, distractor
         self.template, self.swap, self.task = template, swap, task
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         rows = judge_rows(
             self.pairs(), template=self.template, swap=self.swap, seed=self.seed, task=self.task
         )

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lit_rlhf.data.sources import _load_table
-from lit_rlhf.lazy import lazy_module
+from lit_rlhf.lazy import MYPY, Table, lazy_module
 
-if TYPE_CHECKING:
+if MYPY:  # the type checker's view (see lit_rlhf.lazy)
     import datasets
 else:
     datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
@@ -108,7 +108,7 @@ class TextChunks:
         this with its own before ``load``."""
         self.tokenizer = tokenizer
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         if self.tokenizer is None:
             raise ValueError(
                 "TextChunks has no tokenizer to chunk with. Fix: use it as a PromptDataModule "

@@ -11,15 +11,15 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from lit_rlhf.envs.base import StepResult
-from lit_rlhf.lazy import lazy_module
+from lit_rlhf.lazy import MYPY, Table, lazy_module
 from lit_rlhf.types import RewardOutput
 
-if TYPE_CHECKING:
+if MYPY:  # the type checker's view (see lit_rlhf.lazy)
     import datasets
 else:
     datasets = lazy_module("datasets")  # loaded when data loads: a fast CLI start
@@ -80,7 +80,7 @@ class GuessNumberPrompts:
             )
         self.num_examples, self.seed, self.max_value = num_examples, seed, max_value
 
-    def load(self) -> datasets.Dataset:
+    def load(self) -> Table:
         rng = random.Random(self.seed)
         question = (
             f"I am thinking of a whole number from 1 to {self.max_value}. Guess it: reply with "

@@ -72,7 +72,10 @@ def _cache_disabled(model: nn.Module) -> bool:
     """Whether the model will ignore ``use_cache=True``: transformers turns the KV cache off in
     a training-mode forward with gradient checkpointing, so the shared prefix would reach the
     responses as an empty cache and their log-probs would be computed without the prompt."""
-    checkpointing = bool(getattr(model, "is_gradient_checkpointing", False))
+    name = "is_activation_checkpointing"  # transformers 5's name; the older one warns there
+    if not hasattr(type(model), name):
+        name = "is_gradient_checkpointing"
+    checkpointing = bool(getattr(model, name, False))
     return checkpointing and model.training and torch.is_grad_enabled()
 
 

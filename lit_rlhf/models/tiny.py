@@ -16,14 +16,7 @@ from typing import Any, Literal
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedModel,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|pad|>", "<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 
@@ -132,7 +125,11 @@ def build_tiny_model(spec: TinyModelSpec, vocab_size: int, *, seed: int = 0) -> 
     common = tiny_config_kwargs(spec, vocab_size)
     torch.manual_seed(seed)
     if spec.arch == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM  # (here: a fast CLI start)
+
         return LlamaForCausalLM(LlamaConfig(**common))
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     return Qwen2ForCausalLM(Qwen2Config(**common))
 
 

@@ -17,8 +17,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from math_verify import parse, verify
-from math_verify.errors import TimeoutException
 
 from lit_rlhf.rewards.base import check_batch_lengths
 from lit_rlhf.types import RewardOutput
@@ -81,6 +79,29 @@ def _as_latex(answer: str) -> str:
     if "$" in answer or "\\boxed" in answer or "\\(" in answer or "\\[" in answer:
         return answer
     return f"${answer}$"
+
+
+def parse(text: str, **kwargs: Any) -> list[Any]:
+    """math-verify's ``parse``, imported at the first answer scored (its LaTeX parser costs
+    0.3 s of start-up otherwise)."""
+    from math_verify import parse as math_verify_parse
+
+    return list(math_verify_parse(text, **kwargs))
+
+
+def verify(gold: list[Any], predicted: list[Any], **kwargs: Any) -> bool:
+    """math-verify's ``verify``, imported at first use."""
+    from math_verify import verify as math_verify_verify
+
+    return bool(math_verify_verify(gold, predicted, **kwargs))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TimeoutException":  # math-verify's timeout (a BaseException), on first use
+        from math_verify.errors import TimeoutException
+
+        return TimeoutException
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class MathReward:
@@ -167,6 +188,8 @@ class MathReward:
             return False
         if self.literal_answers and not _LITERAL_NUMBER.fullmatch(boxed.strip()):
             return False
+        from math_verify.errors import TimeoutException
+
         try:
             if gold not in cache:
                 cache[gold] = parse(_as_latex(gold), parsing_timeout=timeout)
