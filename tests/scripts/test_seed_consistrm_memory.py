@@ -76,6 +76,7 @@ def test_the_seed_holds_each_training_query_s_votes_and_the_fragment_points_to_i
     assert [c["class_path"] for c in callbacks] == [
         "lit_rlhf.callbacks.ConsistencyAnswerReward",
         "lit_rlhf.callbacks.CritiqueConsistencyReward",
+        "lit_rlhf.callbacks.PeriodicCheckpoint",
     ]
     assert callbacks[0]["init_args"]["initial_memory"] == str(out)
     # and the callback reads it
