@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.types import Experience
@@ -113,15 +114,14 @@ def _folder(trainer: Trainer) -> Path:
 def _to_loggers(trainer: Trainer, rows: list[dict]) -> None:
     columns = list(dict.fromkeys(key for row in rows for key in row))
     for logger in trainer.loggers:
-        kind = type(logger).__name__
-        if kind == "WandbLogger":
+        if isinstance(logger, WandbLogger):
             data = [[_cell(row.get(c)) for c in columns] for row in rows]
-            logger.log_table(key=KEY, columns=columns, data=data)  # type: ignore[attr-defined]
-        elif kind == "MLFlowLogger":
+            logger.log_table(key=KEY, columns=columns, data=data)
+        elif isinstance(logger, MLFlowLogger):
             table = {c: [_cell(row.get(c)) for row in rows] for c in columns}
             step = rows[0]["rollout_step"]
-            logger.experiment.log_table(  # type: ignore[attr-defined]
-                logger.run_id,  # type: ignore[attr-defined]
+            logger.experiment.log_table(
+                logger.run_id,
                 data=table,
                 artifact_file=f"{KEY}/step_{step:06d}.json",
             )
