@@ -201,10 +201,16 @@ def test_wandb_and_mlflow_receive_the_completions_table(tmp_path):
             "--config", str(REPO / "configs" / "trainer" / fragment),
         )  # fmt: skip
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+
+    def own_rows(version: int) -> list[float]:  # the run's completions.jsonl (its CSV folder)
+        lines = (folder / "runs" / "csv" / f"version_{version}" / "completions.jsonl").read_text()
+        return [json.loads(line)["reward"] for line in lines.splitlines()]
+
     (table,) = (folder / "runs" / "wandb").glob("offline-run-*/files/media/table/completions_*")
     content = json.loads(table.read_text())
     assert len(content["data"]) == 16 and "reward" in content["columns"]
     rewards = [row[content["columns"].index("reward")] for row in content["data"]]
+    assert rewards == pytest.approx(own_rows(0))  # the W&B run's own samples
 
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("lit-rlhf")
@@ -215,6 +221,5 @@ def test_wandb_and_mlflow_receive_the_completions_table(tmp_path):
     mlflow_table = json.loads(Path(local).read_text())
     columns = mlflow_table["columns"]
     assert len(mlflow_table["data"]) == 16
-    # both runs sampled the same first step (same seed): the same rewards in both tables
     mlflow_rewards = [row[columns.index("reward")] for row in mlflow_table["data"]]
-    assert mlflow_rewards == pytest.approx(rewards)
+    assert mlflow_rewards == pytest.approx(own_rows(1))  # the MLflow run's own samples
