@@ -177,6 +177,12 @@ class Paper:
         """Train/evaluate ``arm`` for ``seed``; return its scalar figures and ``curves``."""
         raise NotImplementedError
 
+    def plot(self, runs: dict[str, dict[int, Figures]], path: Path) -> None:
+        """The PNG: by default one panel per ``curve_keys`` (:func:`plot_curves`); a paper
+        whose figures are not curves over steps draws its own."""
+        if self.curve_keys:
+            plot_curves(self, runs, path)
+
 
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -357,6 +363,6 @@ def write_outputs(
         "summary": summary,
     }
     _write_json(ctx.out / "results.json", everything)
-    if paper.curve_keys and runs:
-        plot_curves(paper, runs, ctx.out / f"{paper.name}.png")
+    if runs:
+        paper.plot(runs, ctx.out / f"{paper.name}.png")
     return summary

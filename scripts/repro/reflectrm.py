@@ -13,15 +13,28 @@ figure: the anchor's accuracy (the most confident sample, by the mean log-prob o
 
 The unified training arm (``mode: reflectrm`` against RFT from the same warm start) is left
 out of the CPU preset: the pre-check's inference alone takes its budget (docs/grm.md).
+
+The PNG has three panels, each with its own figures: accuracy and positional consistency per
+inference rule, and a random sample's accuracy against the anchor's; per seed a point, and
+the mean with its 95 % t-interval. Redraw it from a runner's ``results.json`` or from a JSON of
+figure rows (``docs/grm_reflectrm.json``, made from the tables of docs/grm.md):
+
+    python scripts/repro/reflectrm.py --replot docs/grm_reflectrm.json   # -> docs/grm_reflectrm.png
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/
 from repro import judge_common as jc
-from repro.common import Context, Figures, Paper, Preset, Primary
+from repro.common import Context, Figures, Interval, Paper, Preset, Primary
 from repro.consistrm import _settings
 
 INFERENCE_ARMS = ("greedy", "majority", "reflective")
@@ -49,7 +62,7 @@ class ReflectRM(Paper):
     presets = PRESETS
     table_metrics = ("accuracy", "positional_consistency", "anchor_accuracy",
                      "random_sample_accuracy")  # fmt: skip
-    curve_keys = ("random_sample_then_anchor_accuracy",)
+    # no curves over steps: the PNG is drawn by ``plot`` (below) from the scalar figures
 
     def precheck(self, ctx: Context) -> Figures:
         """The warm judge (cached), then its greedy / majority / reflective figures on the
@@ -91,14 +104,115 @@ class ReflectRM(Paper):
             raise SystemExit("the gpu preset runs the authors' recipe: see docs/grm.md")
         figures = self._inference(ctx, seed)
         keep: dict[str, Any] = {k: v for k, v in figures.items() if not k.startswith(arm)}
-        # the mechanism panel: a random sample's accuracy (x = 0) against the anchor's (x = 1)
-        anchor = [[0.0, figures["random_sample_accuracy"]], [1.0, figures["anchor_accuracy"]]]
         return {
             **keep,
             "accuracy": figures[f"{arm}_accuracy"],
             "positional_consistency": figures[f"{arm}_consistency"],
-            "curves": {"random_sample_then_anchor_accuracy": anchor},
         }
+
+    def plot(self, runs: dict[str, dict[int, Figures]], path: Path) -> None:
+        plot_rows(figure_rows(runs), path)
 
 
 PAPER = ReflectRM()
+
+# ------------------------------------------------------------------ the figure
+PANELS = {
+    "accuracy": "accuracy per inference rule",
+    "positional_consistency": "positional consistency per inference rule",
+    "mechanism": "accuracy: a random sample's vs the anchor's",
+}
+RULE_LABELS = {"greedy": "greedy", "majority": "majority-of-8", "reflective": "reflective-of-8"}
+
+
+def figure_rows(runs: dict[str, dict[int, Figures]]) -> list[dict[str, Any]]:
+    """The PNG's points from the runner's runs (seeds as ints or, from ``results.json``, as
+    strings): one row per (panel, label) with the per-seed values, their mean and 95 %
+    t-interval. The anchor and a random sample come from the seed's one set of samples, so any
+    arm's figures give them."""
+    rows: list[dict[str, Any]] = []
+
+    def add(panel: str, label: str, seeds: dict[str, float]) -> None:
+        if seeds:
+            iv = Interval.of(list(seeds.values()))
+            rows.append({"panel": panel, "label": label, "seeds": seeds,
+                         "mean": iv.mean, "low": iv.low, "high": iv.high})  # fmt: skip
+
+    for arm, label in RULE_LABELS.items():
+        seeded = sorted(runs.get(arm, {}).items())
+        for metric in ("accuracy", "positional_consistency"):
+            add(metric, label, {str(s): f[metric] for s, f in seeded if metric in f})
+    mechanism = {"random_sample_accuracy": "a random sample", "anchor_accuracy": "anchor"}
+    for key, label in mechanism.items():
+        seeds: dict[str, float] = {}
+        for by_seed in runs.values():
+            for s, f in by_seed.items():
+                if key in f:
+                    seeds.setdefault(str(s), f[key])
+        add("mechanism", label, dict(sorted(seeds.items())))
+    return rows
+
+
+def plot_rows(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """One panel per ``PANELS`` entry that has rows, each drawing only its own rows: per label
+    a point per seed (where ``seeds`` has it) and the mean with its 95 % interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [p for p in PANELS if any(r["panel"] == p for r in rows)]
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.2 * max(len(panels), 1), 3.6))
+    axes = list(axes) if len(panels) > 1 else [axes]
+    all_seeds = sorted({s for r in rows for s in r.get("seeds", {})}, key=int)
+    markers = "osD^v<>"
+    for ax, panel in zip(axes, panels, strict=False):
+        mine = [r for r in rows if r["panel"] == panel]
+        labelled: set[str] = set()
+        for x, row in enumerate(mine):
+            below, above = max(row["mean"] - row["low"], 0), max(row["high"] - row["mean"], 0)
+            ax.errorbar([x], [row["mean"]], yerr=[[below], [above]], color="black", marker="_",
+                        markersize=22, capsize=6, linewidth=1.2,
+                        label="mean, 95 % t-interval" if x == 0 else None)  # fmt: skip
+            for i, seed in enumerate(all_seeds):
+                if seed not in row.get("seeds", {}):
+                    continue
+                offset = (i - (len(all_seeds) - 1) / 2) * 0.1
+                ax.scatter([x + offset], [row["seeds"][seed]], color=f"C{i}", s=22, zorder=3,
+                           marker=markers[i % len(markers)],
+                           label=None if seed in labelled else f"seed {seed}")  # fmt: skip
+                labelled.add(seed)
+        ax.set_xticks(range(len(mine)), [r["label"] for r in mine], fontsize=8)
+        ax.set_xlim(-0.6, len(mine) - 0.4)
+        ax.set_title(PANELS[panel], fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    # one legend for every panel (the same marks mean the same thing in each), below them
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles),
+                   fontsize=8, frameon=False)  # fmt: skip
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="redraw the ReflectRM figure")
+    parser.add_argument(
+        "--replot", type=Path, required=True,
+        help="a runner's results.json, or a JSON with the figure's rows",
+    )  # fmt: skip
+    parser.add_argument("--png", type=Path, help="default: the JSON's path with .png")
+    opts = parser.parse_args(argv)
+    data = json.loads(opts.replot.read_text())
+    rows = figure_rows(data["runs"]) if "runs" in data else data["rows"]
+    png = opts.png or opts.replot.with_suffix(".png")
+    plot_rows(rows, png)
+    print(f"wrote {png}")
+
+
+if __name__ == "__main__":
+    main()
