@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from lit_rlhf.models.tiny import TinyModelSpec, tiny_config_kwargs, write_tiny_model
 from lit_rlhf.models.warm_start import demos_digest, read_demos, warm_start
 
@@ -106,7 +108,8 @@ def _cached(key: str, build: Callable[[Path], object]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
     try:
-        build(tmp)
+        with torch.random.fork_rng(devices=[]):  # a first run samples as every later one
+            build(tmp)
         try:
             tmp.rename(target)
         except OSError:  # another process finished first

@@ -121,16 +121,19 @@ def tiny_config_kwargs(spec: TinyModelSpec, vocab_size: int) -> dict[str, Any]:
 
 
 def build_tiny_model(spec: TinyModelSpec, vocab_size: int, *, seed: int = 0) -> PreTrainedModel:
-    """A randomly initialised causal LM (tied embeddings) with ``vocab_size`` rows."""
+    """A randomly initialised causal LM (tied embeddings) with ``vocab_size`` rows, drawn from
+    ``seed`` without touching the caller's random state (a builtin model built on first use,
+    inside a seeded run, must not change what that run samples)."""
     common = tiny_config_kwargs(spec, vocab_size)
-    torch.manual_seed(seed)
-    if spec.arch == "llama":
-        from transformers import LlamaConfig, LlamaForCausalLM  # (here: a fast CLI start)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if spec.arch == "llama":
+            from transformers import LlamaConfig, LlamaForCausalLM  # (here: a fast CLI start)
 
-        return LlamaForCausalLM(LlamaConfig(**common))
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+            return LlamaForCausalLM(LlamaConfig(**common))
+        from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    return Qwen2ForCausalLM(Qwen2Config(**common))
+        return Qwen2ForCausalLM(Qwen2Config(**common))
 
 
 def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None, *, seed: int = 0) -> Path:
