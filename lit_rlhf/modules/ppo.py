@@ -55,7 +55,7 @@ from lit_rlhf.training import (
     RolloutCollector,
 )
 from lit_rlhf.training.model_hooks import module_callbacks
-from lit_rlhf.training.teacher import FrozenTeacher
+from lit_rlhf.training.teacher import FrozenTeacher, served_teacher
 from lit_rlhf.types import Experience, Rollout
 
 _OPTIM = OptimSettings(lr=1e-6, micro_batch_size=8)  # PPOModule's defaults for the group
@@ -175,7 +175,9 @@ class PPOModule(LightningModule):
         self.policy: Any = None
         self.critic: Any = None
         self.ref_policy: Any = None
-        self.teacher: Any = None  # distill.teacher, frozen (a TokenScorer)
+        # distill.teacher, a TokenScorer: served (built here; None otherwise) or frozen (loaded
+        # in configure_model)
+        self.teacher: Any = served_teacher(self.settings.distill, self.engine.temperature)
         self.val_reward, self.val_pass = MeanMetric(), MeanMetric()
         self.test_reward, self.test_pass = MeanMetric(), MeanMetric()
         self.task_reward = {"val": GroupedMean(), "test": GroupedMean()}  # multi-domain runs
@@ -331,6 +333,8 @@ class PPOModule(LightningModule):
     def close(self) -> None:
         """Release the generation engine's resources (``lit-rlhf`` calls it after the run)."""
         self.rl.close()
+        if hasattr(self.teacher, "close"):
+            self.teacher.close()
 
     # ------------------------------------------------------------ checkpoint
     def configure_callbacks(self) -> list[Callback]:

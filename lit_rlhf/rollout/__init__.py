@@ -8,6 +8,7 @@ from lit_rlhf.rollout.base import GenerationEngine, GenerationEngineLike, engine
 from lit_rlhf.rollout.decode import DecodeLoopEngine, filter_logits, sample_categorical
 from lit_rlhf.rollout.hf import HFGenerationEngine, response_mask_from_eos
 from lit_rlhf.rollout.scorer import TokenScorer
+from lit_rlhf.rollout.served_teacher import ServedTeacher
 from lit_rlhf.rollout.server import VLLMServerEngine
 from lit_rlhf.rollout.vllm import VLLMGenerationEngine
 from lit_rlhf.rollout.weight_sync import is_full_update, weight_buckets
@@ -17,6 +18,7 @@ __all__ = [
     "GenerationEngine",
     "GenerationEngineLike",
     "HFGenerationEngine",
+    "ServedTeacher",
     "TokenScorer",
     "VLLMGenerationEngine",
     "VLLMServerEngine",

@@ -3,8 +3,9 @@ distillation's teacher (``model.init_args.distill``).
 
 The local implementation is :class:`lit_rlhf.training.teacher.FrozenTeacher` (a frozen causal LM
 in the trainer's processes). A teacher served elsewhere (a ``vllm serve`` process asked for the
-log-probs of prompt tokens, a remote API) implements the same one method; no served
-implementation ships yet (docs/algorithms.md, "On-policy distillation").
+log-probs of prompt tokens, a remote API) implements the same one method:
+:class:`lit_rlhf.rollout.ServedTeacher` asks ``vllm serve`` processes (``distill.teacher_urls``;
+docs/algorithms.md, "On-policy distillation").
 """
 
 from __future__ import annotations

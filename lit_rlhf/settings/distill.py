@@ -22,7 +22,14 @@ class DistillSettings(SettingsGroup):
             distillation). Its tokenizer must be the student's (refused otherwise, naming both).
             It is loaded in ``precision.reference_dtype`` (null: ``precision.dtype``) unless a
             teacher object that scores tokens (``lit_rlhf.rollout.TokenScorer``, e.g. a served
-            one) was set on the module's ``teacher`` attribute before the fit.
+            one) was set on the module's ``teacher`` attribute before the fit, or
+            ``teacher_urls`` is set.
+        teacher_urls: ``vllm serve`` processes serving the teacher (``http://host:port``; null:
+            the teacher is loaded in the trainer's processes). Each is asked for the prompt
+            log-probs of the student's samples (:class:`lit_rlhf.rollout.ServedTeacher`); it must
+            serve ``teacher`` by that id, and the student must sample at temperature 1 (vLLM's
+            prompt log-probs are untempered). Only the teacher's tokenizer loads here.
+        teacher_timeout_s: the deadline of one scoring request to a served teacher.
         coef: the weight of the per-token reverse-KL reward (> 0).
         task_reward_coef: the weight of the task reward's advantage (0: pure distillation, the
             reward is only logged; 1: the two are added, as the Thinking Machines recipe adds the
@@ -38,6 +45,8 @@ class DistillSettings(SettingsGroup):
     coef: float = 1.0
     task_reward_coef: float = 0.0
     discount: float = 0.0
+    teacher_urls: list[str] | None = None
+    teacher_timeout_s: float = 600.0
 
     def rules(self) -> list[Rule]:
         return [
@@ -48,6 +57,13 @@ class DistillSettings(SettingsGroup):
              ">= 0 and finite (0: the task reward is only logged)"),
             ("discount", 0 <= self.discount <= 1,
              "in [0, 1] (0: each token's own reward is its advantage)"),
+            ("teacher_urls", self.teacher_urls is None or (
+                not isinstance(self.teacher_urls, str) and len(self.teacher_urls) > 0
+                and all(str(u).startswith(("http://", "https://")) for u in self.teacher_urls)),
+             "null or a non-empty list of http(s)://HOST:PORT URLs, one per `vllm serve` "
+             "process serving the teacher"),
+            ("teacher_timeout_s", 0 < self.teacher_timeout_s < float("inf"),
+             "> 0 seconds (the deadline of one scoring request)"),
         ]  # fmt: skip
 
     def check(self) -> None:
@@ -56,7 +72,13 @@ class DistillSettings(SettingsGroup):
         defaults = {f.name: f.default for f in fields(self)}
         changed = [
             name
-            for name in ("coef", "task_reward_coef", "discount")
+            for name in (
+                "coef",
+                "task_reward_coef",
+                "discount",
+                "teacher_urls",
+                "teacher_timeout_s",
+            )
             if getattr(self, name) != defaults[name]
         ]
         if changed:

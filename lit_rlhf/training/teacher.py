@@ -19,6 +19,7 @@ from lit_rlhf.algos import distill_advantages
 from lit_rlhf.errors import SettingError
 from lit_rlhf.rollout.base import eval_mode
 from lit_rlhf.rollout.scorer import TokenScorer
+from lit_rlhf.rollout.served_teacher import ServedTeacher, check_served_temperature
 from lit_rlhf.settings import DistillSettings
 from lit_rlhf.training.packing import rollout_forward
 from lit_rlhf.types import Rollout
@@ -72,6 +73,17 @@ def scored_log_probs(
     finally:
         for p in trainable:
             p.requires_grad_(True)
+
+
+def served_teacher(distill: DistillSettings, temperature: float) -> ServedTeacher | None:
+    """The teacher that ``distill.teacher_urls`` serves (None when unset), built with the
+    module, before any model loads: a student temperature other than 1 is refused here."""
+    urls = distill.teacher_urls
+    if urls is None:
+        return None
+    check_served_temperature(temperature)
+    # the settings refuse teacher_urls without a teacher
+    return ServedTeacher(urls, str(distill.teacher), distill.teacher_timeout_s)
 
 
 def check_teacher_tokenizer(

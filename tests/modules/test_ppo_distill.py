@@ -21,7 +21,8 @@ from lit_rlhf.algos import distill_advantages
 from lit_rlhf.data import CountdownPrompts, PromptDataModule
 from lit_rlhf.modules import PPOModule
 from lit_rlhf.rewards import DigitFractionReward
-from lit_rlhf.rollout import HFGenerationEngine, TokenScorer
+from lit_rlhf.rollout import HFGenerationEngine, ServedTeacher, TokenScorer
+from lit_rlhf.rollout.served_teacher import ServedTeacherError
 from lit_rlhf.settings import DistillSettings
 from lit_rlhf.training.teacher import TeacherTokenizerError
 from lit_rlhf.types import Rollout
@@ -127,11 +128,27 @@ def test_a_teacher_with_another_tokenizer_is_refused_naming_both(tiny_model_dir)
         ({"coef": 2.0}, r"distill.coef=2.0 is set but distill.teacher is null"),
         ({"task_reward_coef": 1.0}, r"distill.task_reward_coef=1.0 is set but"),
         ({"teacher": "t", "cof": 1.0}, r"Did you mean distill.coef\?"),
+        ({"teacher_urls": ["http://h:1"]}, r"distill.teacher_urls=\['http://h:1'\] is set but"),
+        ({"teacher": "t", "teacher_urls": "http://h:1"}, r"teacher_urls='http://h:1' must be null"),
+        ({"teacher": "t", "teacher_urls": ["h:1"]}, r"a non-empty list of http\(s\)://HOST:PORT"),
+        ({"teacher": "t", "teacher_urls": []}, r"teacher_urls=\[\] must be null or a non-empty"),
+        ({"teacher": "t", "teacher_timeout_s": 0}, r"distill.teacher_timeout_s=0 must be > 0"),
     ],
 )
 def test_the_settings_refuse_values_that_do_nothing_or_the_opposite(distill, match):
     with pytest.raises(ValueError, match=match):
         PPOModule(reward=DigitFractionReward(), model="no/such-model", distill=distill)
+
+
+def test_a_served_teacher_needs_temperature_1_and_loads_no_teacher_weights(tiny_model_dir):
+    served = {"teacher": tiny_model_dir, "teacher_urls": ["http://127.0.0.1:9"]}
+    with pytest.raises(ServedTeacherError, match=r"temperature 0\.7: vLLM's prompt log-probs"):
+        PPOModule(reward=DigitFractionReward(), engine=HFGenerationEngine(temperature=0.7),
+                  distill=served)  # fmt: skip
+    module = PPOModule(reward=DigitFractionReward(), model=tiny_model_dir, distill=served)
+    assert isinstance(module.teacher, ServedTeacher) and isinstance(module.teacher, TokenScorer)
+    module.configure_model()  # the student loads, the served teacher's weights do not
+    assert isinstance(module.teacher, ServedTeacher) and module.policy is not None
 
 
 def test_pure_distillation_needs_no_group_and_mixing_does():

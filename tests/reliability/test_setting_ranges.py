@@ -50,6 +50,7 @@ RANGES: dict[str, tuple[str, list[Any]]] = {
     "distill.coef": ("> 0, finite", [0.0, -1.0, NAN, INF]),
     "distill.task_reward_coef": (">= 0, finite", [-1.0, NAN, INF]),
     "distill.discount": ("[0, 1]", [-0.1, 1.5, NAN]),
+    "distill.teacher_timeout_s": ("> 0, finite", [0.0, -1.0, NAN, INF]),
     "optim.lr": ("> 0, finite", [0.0, -1e-6, NAN, INF]),
     "critic.lr": ("> 0, finite", [0.0, -1e-5, NAN]),
     "optim.weight_decay": (">= 0, finite", [-0.1, NAN]),

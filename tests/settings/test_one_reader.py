@@ -28,6 +28,10 @@ EXCEPTIONS: dict[tuple[str, str], tuple[int, str]] = {
         6,
         f"{_CHECK}; GRM refuses any but grpo; the critic's kind; the samples a failed reward drops",
     ),
+    ("distill", "teacher"): (
+        2,
+        "the local teacher's load and tokenizer check; the served teacher's model id",
+    ),
     ("judge", "critique_template"): (
         2,
         "passed to the judge's reward, checked by reflective inference",
