@@ -4,8 +4,8 @@ on the policy's last hidden state (shared trunk)."""
 from __future__ import annotations
 
 import torch
+import transformers  # AutoModel loads on first use: a fast CLI start
 from torch import Tensor, nn
-from transformers import AutoModel
 
 from lit_rlhf.models.loading import Dtype, resolve
 
@@ -44,7 +44,8 @@ class CriticModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, dtype: Dtype = "float32") -> CriticModel:
-        trunk = AutoModel.from_pretrained(resolve(name_or_path), dtype=getattr(torch, dtype))
+        path = resolve(name_or_path)
+        trunk = transformers.AutoModel.from_pretrained(path, dtype=getattr(torch, dtype))
         return cls(trunk.train(), trunk.config.hidden_size)
 
     def forward(

@@ -6,16 +6,14 @@ import logging
 from typing import Any
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoModelForSequenceClassification,
-    AutoTokenizer,
-    PreTrainedModel,
-)
+import transformers  # its classes load on first use (transformers' lazy module): a fast CLI start
 
+from lit_rlhf.lazy import MYPY
 from lit_rlhf.models.builtin import BUILTIN_NAMES, PREFIX, is_builtin, resolve_builtin
 from lit_rlhf.settings import Dtype
+
+if MYPY:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +36,7 @@ def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     """A tokenizer set up for RL: left padding (generation), and a pad token: a tokenizer without
     one pads with its EOS token (logged as a warning); one with neither is refused."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(resolve(name_or_path), **kwargs)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(resolve(name_or_path), **kwargs)
     except OSError as err:
         raise _load_error(name_or_path, err) from err
     tokenizer.padding_side = "left"
@@ -77,7 +75,7 @@ def load_causal_lm(
     if num_layers is not None:
         kwargs["config"] = truncated_config(name_or_path, num_layers, trust_remote_code)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model = transformers.AutoModelForCausalLM.from_pretrained(
             resolve(name_or_path),
             dtype=getattr(torch, dtype),
             trust_remote_code=trust_remote_code,
@@ -92,7 +90,7 @@ def truncated_config(name_or_path: str, num_layers: int, trust_remote_code: bool
     """The model's config with ``num_hidden_layers = num_layers`` (and a per-layer
     ``layer_types`` list cut to match); refuses a depth outside 1..the model's own."""
     try:
-        config = AutoConfig.from_pretrained(
+        config = transformers.AutoConfig.from_pretrained(
             resolve(name_or_path), trust_remote_code=trust_remote_code
         )
     except OSError as err:
@@ -118,7 +116,7 @@ def load_reward_model(
     a saved reward model loads whole. ``pad_token_id`` goes into the config: the model reads
     each sequence's score at its last non-pad token."""
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(
             resolve(name_or_path), num_labels=1, dtype=getattr(torch, dtype)
         )
     except OSError as err:
@@ -131,7 +129,7 @@ def context_length(name_or_path: str) -> int | None:
     """The model's context (``max_position_embeddings``) from its config alone, without loading
     weights; None when the config is unreadable here (the model load reports that) or has none."""
     try:
-        config = AutoConfig.from_pretrained(resolve(name_or_path))
+        config = transformers.AutoConfig.from_pretrained(resolve(name_or_path))
     except (OSError, ValueError):
         return None
     value = getattr(config, "max_position_embeddings", None)

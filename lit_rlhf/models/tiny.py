@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedModel, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
+
+from lit_rlhf.lazy import MYPY
+
+if MYPY:  # the model classes load with the first model built (a fast CLI start)
+    from transformers import PreTrainedModel
 
 SPECIAL_TOKENS = ["<|pad|>", "<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 

@@ -15,9 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from lit_rlhf.errors import SettingError
+from lit_rlhf.lazy import MYPY, lazy_module
+
+if MYPY:
+    import httpx
+else:
+    httpx = lazy_module("httpx")  # loaded with the first request: a fast CLI start
 
 # how ``vllm serve`` must be started for the engine (docs/scaling.md)
 WORKER_EXTENSION = "lit_rlhf.rollout.server_worker.ServerWorkerExtension"

@@ -19,9 +19,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-
+from lit_rlhf.lazy import MYPY, lazy_module
 from lit_rlhf.rollout.server_client import SERVER_FLAGS
+
+if MYPY:
+    import httpx
+else:
+    httpx = lazy_module("httpx")  # loaded with the first request: a fast CLI start
 
 
 def server_command(
