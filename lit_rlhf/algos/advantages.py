@@ -73,6 +73,16 @@ def _group_sum(x: Tensor, inverse: Tensor, n_groups: int) -> Tensor:
     return x.new_zeros(n_groups).index_add_(0, inverse, x)
 
 
+def _varied(scores: Tensor, inverse: Tensor, n_groups: int) -> Tensor:
+    """[B] bool: the sample's group has at least two different scores. Tested on the scores
+    themselves, not on a float standard deviation: the mean of equal float32 scores is not
+    always exactly their value, so a tied group of 8 or 16 had a std near 1e-8 and got a
+    constant advantage of about 0.01-0.2 after the division by std + eps."""
+    high = scores.new_full((n_groups,), float("-inf")).scatter_reduce(0, inverse, scores, "amax")
+    low = scores.new_full((n_groups,), float("inf")).scatter_reduce(0, inverse, scores, "amin")
+    return (high > low)[inverse]
+
+
 def _float_scores(scores: Tensor) -> Tensor:
     # Integer scores (e.g. 0/1 correctness) must be averaged in floating point.
     return scores.detach().to(torch.promote_types(scores.dtype, torch.float32))
@@ -108,9 +118,10 @@ def group_advantages(
     if scale_by_std:
         sum_sq = _group_sum(centered.square(), inverse, n_groups)
         std = (sum_sq / (counts - 1).clamp(min=1)).sqrt()[inverse]
-        # An all-equal group has nothing to normalise; guarding it keeps eps=0 NaN-free.
         centered = torch.where(std > 0, centered / (std + eps), torch.zeros_like(centered))
-    return torch.where(counts[inverse] > 1, centered, torch.zeros_like(centered))
+    # a group of one, or of equal scores, has no signal: exactly 0 (keeps eps=0 NaN-free)
+    varied = (counts[inverse] > 1) & _varied(scores, inverse, n_groups)
+    return torch.where(varied, centered, torch.zeros_like(centered))
 
 
 def rloo_advantages(scores: Tensor, group_ids: Tensor) -> Tensor:
@@ -131,7 +142,8 @@ def rloo_advantages(scores: Tensor, group_ids: Tensor) -> Tensor:
     counts = _group_sum(torch.ones_like(scores), inverse, n_groups)[inverse]
     group_total = _group_sum(scores, inverse, n_groups)[inverse]
     others_mean = (group_total - scores) / (counts - 1).clamp(min=1)
-    return torch.where(counts > 1, scores - others_mean, torch.zeros_like(scores))
+    varied = (counts > 1) & _varied(scores, inverse, n_groups)  # a tied group: exactly 0
+    return torch.where(varied, scores - others_mean, torch.zeros_like(scores))
 
 
 def token_level_rewards(scores: Tensor, response_mask: Tensor) -> Tensor:
