@@ -11,7 +11,9 @@ and a JSON of every figure.
 Results go to ``<out>/<paper>/<preset>/`` (default ``runs/reproduce``): ``precheck.json``,
 ``<arm>/seed<k>/result.json`` (one per finished run: a stopped preset resumes where it stopped;
 a cache made with other settings is refused unless ``--fresh``), ``results.md``, ``results.json``
-and ``<paper>.png``. Each paper's page in docs/ states its primary metric, expected direction and
+and ``<paper>.png``; for the cpu / gpu presets ``results.json`` (per-seed values, per-row
+judge outputs, settings, fingerprint, commit) is also copied to ``docs/<page>_<paper>.json``
+(``--docs``). Each paper's page in docs/ states its primary metric, expected direction and
 the rule for "reproduced" (the 95 % interval of the paired arm difference excludes 0 on the
 expected side).
 """
@@ -59,6 +61,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", help="default: the preset's")
     parser.add_argument("--arms", nargs="+", help="default: every arm of the paper")
     parser.add_argument("--out", type=Path, default=Path("runs/reproduce"))
+    parser.add_argument(
+        "--docs", type=Path, default=Path("docs"),
+        help="copy results.json to DOCS/<page>_<paper>.json (cpu/gpu presets; a smoke run "
+        "writes nowhere in docs)",
+    )  # fmt: skip
     parser.add_argument("--fresh", action="store_true", help="delete this preset's cache first")
     parser.add_argument("--precheck-only", action="store_true")
     parser.add_argument(
@@ -69,6 +76,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     opts = parser.parse_args(argv)
     opts.preset = "smoke" if opts.smoke else opts.preset
+    if opts.smoke:
+        opts.docs = None
     return opts
 
 
@@ -99,12 +108,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object] | None:
         return {"precheck": precheck}
     if not precheck["go"] and not opts.force:
         ctx.log("pre-check says the arms cannot show the mechanism; --force runs them anyway")
-        write_outputs(paper, ctx, {}, precheck)
+        write_outputs(paper, ctx, {}, precheck, docs=opts.docs)
         return {"precheck": precheck}
     seeds = tuple(opts.seeds) if opts.seeds is not None else preset.seeds
     arms = tuple(opts.arms) if opts.arms else paper.arms
     runs = {arm: {seed: cached_run(paper, ctx, arm, seed) for seed in seeds} for arm in arms}
-    summary = write_outputs(paper, ctx, runs, precheck)
+    summary = write_outputs(paper, ctx, runs, precheck, docs=opts.docs)
     print((out / "results.md").read_text())
     ctx.log(f"wrote {out}/results.md, results.json, {paper.name}.png")
     return {"precheck": precheck, "summary": summary}

@@ -13,65 +13,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
+import shutil
 import statistics
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-# Two-sided 95 % Student-t critical values t_{0.975, df} for df = 1..30 (standard table values);
-# above 30 the normal 1.96 is within 2 %.
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
+from repro.intervals import UNDECLARED, Interval, Kind, arm_interval, difference, t975
+
+__all__ = ["Interval", "t975"]  # re-exported: the papers and tests read them from here
 
 Figures = dict[str, Any]
-
-
-def t975(df: int) -> float:
-    """The two-sided 95 % Student-t critical value for ``df`` degrees of freedom (df >= 1)."""
-    if df < 1:
-        raise ValueError(f"t975 needs df >= 1, got {df}")
-    return _T975[df - 1] if df <= len(_T975) else 1.96
-
-
-@dataclass(frozen=True)
-class Interval:
-    """Mean and 95 % interval of per-seed values (``low == high == mean`` for one value)."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Interval:
-        xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-        if not xs:
-            return cls(math.nan, math.nan, math.nan, 0)
-        mean = statistics.fmean(xs)
-        if len(xs) == 1:
-            return cls(mean, mean, mean, 1)
-        half = t975(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
-        return cls(mean, mean - half, mean + half, len(xs))
-
-    def excludes_zero(self) -> bool:
-        return self.n >= 2 and (self.low > 0 or self.high < 0)
-
-    def cell(self, fmt: str = ".3f") -> str:
-        if self.n == 0:
-            return "n/a"
-        if self.n == 1:
-            return f"{self.mean:{fmt}} (1 seed)"
-        return f"{self.mean:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
-
-    def as_dict(self) -> dict[str, float | int]:
-        return {"mean": self.mean, "low": self.low, "high": self.high, "n": self.n}
 
 
 @dataclass(frozen=True)
@@ -91,22 +47,19 @@ class Primary:
 
 
 def paired_difference(
-    runs: dict[str, dict[int, Figures]], metric: str, treatment: str, baseline: str
-) -> Interval:
-    """95 % interval of ``metric`` (treatment - baseline) over the seeds both arms finished."""
-    a, b = runs.get(treatment, {}), runs.get(baseline, {})
-    diffs = [
-        a[s][metric] - b[s][metric]
-        for s in sorted(set(a) & set(b))
-        if a[s].get(metric) is not None and b[s].get(metric) is not None
-    ]
-    return Interval.of(diffs)
+    runs: dict[str, dict[int, Figures]], metric: str, treatment: str, baseline: str,
+    kind: Kind = UNDECLARED,
+) -> Interval:  # fmt: skip
+    """95 % interval of ``metric`` (treatment - baseline) over the seeds both arms finished,
+    drawn as the metric's ``kind`` asks (:mod:`repro.intervals`; default: the t-interval)."""
+    return difference(runs, metric, treatment, baseline, kind)
 
 
 def verdict(diff: Interval, direction: int, *, precheck_go: bool = True) -> str:
-    """``reproduced`` when the interval excludes 0 on the expected side, ``opposite`` when it
-    excludes 0 on the other, ``not shown`` otherwise; ``too few seeds`` under 2 paired seeds;
-    ``not testable`` when the pre-check said no."""
+    """``reproduced`` when the interval excludes 0 on the expected side (for a percentile
+    bootstrap over seeds, the t-interval beside it too: ``Interval.excludes_zero``),
+    ``opposite`` when it excludes 0 on the other, ``not shown`` otherwise; ``too few seeds``
+    under 2 paired seeds; ``not testable`` when the pre-check said no."""
     if not precheck_go:
         return "not testable (pre-check failed)"
     if diff.n < 2:
@@ -167,6 +120,8 @@ class Paper:
     curve_keys: tuple[str, ...] = ()
     # the x axis of a curve that is not over training steps (default "step")
     curve_xlabels: ClassVar[dict[str, str]] = {}
+    # each metric's kind, which picks its interval (repro.intervals); undeclared: t-interval
+    metric_kinds: ClassVar[dict[str, Kind]] = {}
 
     def precheck(self, ctx: Context) -> Figures:
         """Cheap figures that decide whether the arms can show the mechanism; must hold
@@ -241,16 +196,21 @@ def cached_run(paper: Paper, ctx: Context, arm: str, seed: int) -> Figures:
 
 def summarize(paper: Paper, runs: dict[str, dict[int, Figures]], precheck: Figures) -> Figures:
     """Per arm and scalar figure: the interval over seeds; the primary paired difference, its
-    verdict, and paired differences of every table metric against the primary baseline."""
+    verdict, and paired differences of every table metric against the primary baseline; each
+    interval drawn as the metric's declared kind asks (``interval_method`` says which)."""
+    kinds = paper.metric_kinds
     arms: dict[str, dict[str, Any]] = {}
     for arm, by_seed in runs.items():
         keys = sorted({k for f in by_seed.values() for k, v in f.items() if _is_scalar(v)})
-        arms[arm] = {k: Interval.of([f.get(k) for f in by_seed.values()]).as_dict() for k in keys}
+        arms[arm] = {k: arm_interval(by_seed, k, kinds.get(k, UNDECLARED)).as_dict() for k in keys}
     p = paper.primary
-    diff = paired_difference(runs, p.metric, p.treatment, p.baseline)
+    diff = paired_difference(
+        runs, p.metric, p.treatment, p.baseline, kinds.get(p.metric, UNDECLARED)
+    )
     diffs = {
         f"{arm} - {p.baseline}": {
-            m: paired_difference(runs, m, arm, p.baseline).as_dict() for m in paper.table_metrics
+            m: paired_difference(runs, m, arm, p.baseline, kinds.get(m, UNDECLARED)).as_dict()
+            for m in paper.table_metrics
         }
         for arm in runs
         if arm != p.baseline
@@ -275,7 +235,7 @@ def _is_scalar(value: Any) -> bool:
 
 
 def _interval(d: dict[str, Any]) -> Interval:
-    return Interval(d["mean"], d["low"], d["high"], d["n"])
+    return Interval.from_dict(d)
 
 
 def results_markdown(
@@ -284,7 +244,8 @@ def results_markdown(
     """The table (one row per arm, mean [95 % interval] over seeds per table metric), the paired
     differences against the baseline, the primary verdict and the pre-check's figures."""
     metrics = paper.table_metrics
-    lines = [f"# {paper.title}", "", f"Seeds {list(seeds)}; cells: mean [95 % t-interval]."]
+    lines = [f"# {paper.title}", "", f"Seeds {list(seeds)}; cells: mean [95 % interval]: "
+             f"t, or as the metric's kind asks ({_methods(paper)})."]  # fmt: skip
     columns = (*metrics, "seconds")  # wall time per run; each result.json has its load beside it
     lines += ["", "| arm | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for arm, figures in summary["arms"].items():
@@ -300,12 +261,25 @@ def results_markdown(
     lines += [
         "",
         f"Primary: `{p['metric']}`, {p['treatment']} - {p['baseline']} expected {sign}; "
-        f"rule: {p['rule']}. Difference {_interval(p['difference']).cell()}: "
+        f"rule: {p['rule']}. Difference {_interval(p['difference']).cell()} "
+        f"({p['difference'].get('interval_method', 't')}{_t_beside(p['difference'])}): "
         f"**{p['verdict']}**.",
         "",
         f"Pre-check: go = {precheck.get('go')} ({precheck.get('reason')}).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _t_beside(d: dict[str, Any]) -> str:
+    """The t-interval a bootstrap over seeds is judged beside (``Interval.excludes_zero``)."""
+    if d.get("t_low") is None:
+        return ""
+    return f"; the verdict also needs its t-interval [{d['t_low']:.3f}, {d['t_high']:.3f}]"
+
+
+def _methods(paper: Paper) -> str:
+    kinds = paper.metric_kinds
+    return "; ".join(f"`{m}` {k.name}" for m, k in kinds.items()) or "none declared"
 
 
 def plot_curves(paper: Paper, runs: dict[str, dict[int, Figures]], path: Path) -> None:
@@ -346,11 +320,30 @@ def plot_curves(paper: Paper, runs: dict[str, dict[int, Figures]], path: Path) -
     plt.close(fig)
 
 
+def git_commit() -> str:
+    """``git rev-parse HEAD`` of the checkout the scripts run from ("unknown" outside git)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, check=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip()
+
+
+def docs_json(paper: Paper, docs: Path) -> Path:
+    """Where a preset's ``results.json`` is copied: ``<docs>/<page stem>_<paper>.json``."""
+    return docs / f"{Path(paper.doc).stem}_{paper.name}.json"
+
+
 def write_outputs(
-    paper: Paper, ctx: Context, runs: dict[str, dict[int, Figures]], precheck: Figures
-) -> Figures:
-    """``results.md``, ``results.json`` (every figure: pre-check, each run, the summary) and
-    ``<paper>.png`` under the preset folder; returns the summary."""
+    paper: Paper, ctx: Context, runs: dict[str, dict[int, Figures]], precheck: Figures,
+    docs: Path | None = None,
+) -> Figures:  # fmt: skip
+    """``results.md``, ``results.json`` (every figure: pre-check, each run with its per-seed
+    values and, for the judges, per-row outputs; the summary; the settings, their fingerprint and
+    the git commit) and ``<paper>.png`` under the preset folder; with ``docs``, ``results.json``
+    is also copied to :func:`docs_json` (the record beside the page's PNG). Returns the
+    summary."""
     summary = summarize(paper, runs, precheck)
     seeds = sorted({s for by_seed in runs.values() for s in by_seed})
     (ctx.out / "results.md").write_text(results_markdown(paper, summary, precheck, seeds))
@@ -358,11 +351,18 @@ def write_outputs(
         "paper": paper.name,
         "preset": ctx.preset.name,
         "settings": ctx.settings,
+        "fingerprint": ctx.preset.fingerprint(),
+        "commit": git_commit(),
+        "seeds": seeds,
+        "metric_kinds": {m: vars(k) for m, k in paper.metric_kinds.items()},
         "precheck": precheck,
         "runs": {arm: {str(s): f for s, f in by_seed.items()} for arm, by_seed in runs.items()},
         "summary": summary,
     }
     _write_json(ctx.out / "results.json", everything)
+    if docs is not None:
+        docs.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ctx.out / "results.json", docs_json(paper, docs))
     if runs:
         paper.plot(runs, ctx.out / f"{paper.name}.png")
     return summary

@@ -43,6 +43,7 @@ from repro.compression_runs import (
     train_passages,
     write_passages,
 )
+from repro.intervals import Kind, bounded, count
 
 ARMS = ("small", "mid", "large")
 TRAIN_SEED_OFFSET = 1000  # training passages: seed 1000 + run seed; evaluation: probe_seed
@@ -123,6 +124,14 @@ class CompressionPaper(Paper):
         "kept", "drifted", "rougeL", "effective_rank", "decoder_entropy", "encodes",
     )  # fmt: skip
     curve_keys = ("train_ae_loss", "overwritten vs size", "drifted vs size")
+    # overwritten / kept: counts out of the overwrite facts; a collapsed run counts as every
+    # fact overwritten, none kept (repro.intervals)
+    metric_kinds: ClassVar[dict[str, Kind]] = {
+        "overwritten": count("overwrite_facts", worst=1.0),
+        "kept": count("overwrite_facts"),
+        "drifted": bounded(0.0, 1.0, worst=1.0),
+        "encodes": bounded(0.0, 1.0),
+    }
     curve_xlabels: ClassVar[dict[str, str]] = {
         "overwritten vs size": "compressor size",
         "drifted vs size": "compressor size",
@@ -153,6 +162,9 @@ class CompressionPaper(Paper):
         figures = run_figures(result, s["curve_every"])
         size = float(s["sizes"][arm])
         figures["size"] = size
+        # the rates' denominator: the overwrite facts (an exact binomial per arm, pooled)
+        items = probe_items(s["probes"], s["probe_seed"])
+        figures["overwrite_facts"] = sum(i["kind"] == "overwrite" for i in items)
         figures["curves"]["overwritten vs size"] = [[size, figures["overwritten"]]]
         figures["curves"]["drifted vs size"] = [[size, figures["drifted"]]]
         return figures

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from repro import judge_common as jc
 from repro.common import Context, Figures, Paper, Preset, Primary
+from repro.intervals import Kind, bounded, judge_rows
+from repro.judge_records import row_outputs
 from repro.runs import read_rows, write_fragment
 
 ANSWER = "lit_rlhf.callbacks.ConsistencyAnswerReward"
@@ -68,6 +70,13 @@ class ConsistRM(Paper):
     arms = ("warm", "rft", "consistrm", "consistrm-nomem")
     primary = Primary("accuracy", "consistrm", "warm", +1)
     presets = PRESETS
+    # per-row outcomes on the fixed held-out rows when every arm and seed has them (so far the
+    # warm arm only: the trained arms' validation keeps no rows), else a bounded rate
+    metric_kinds: ClassVar[dict[str, Kind]] = {
+        "accuracy": judge_rows("rows"),
+        "positional_consistency": bounded(0.0, 1.0),
+        "pseudo_label_accuracy": bounded(0.0, 1.0),
+    }
     table_metrics = ("accuracy", "positional_consistency", "pseudo_label_accuracy")
     curve_keys = ("accuracy", "positional_consistency", "pseudo_label_accuracy")
 
@@ -78,9 +87,11 @@ class ConsistRM(Paper):
         s = ctx.settings
         warm, sft_seconds = self._warm(ctx)
         pool = self._judged(ctx, "unlabelled", seed=0)
-        figures = {f"pool_{k}": v for k, v in jc.inference_figures(pool).items()}
-        held = jc.inference_figures(self._judged(ctx, "eval", seed=0))
+        figures: Figures = {f"pool_{k}": v for k, v in jc.inference_figures(pool).items()}
+        held_rows = self._judged(ctx, "eval", seed=0)
+        held = jc.inference_figures(held_rows)
         figures.update({f"warm_{k}": v for k, v in held.items()})
+        figures["warm_rows"] = row_outputs(held_rows, "greedy")  # the warm arm's per-row record
         online, _ = jc.predict_pool(
             str(warm), self._pool_path(ctx, "unlabelled"), samples=s["samples_per_prompt"],
             seed=1, max_new_tokens=s["max_new_tokens"], batch_size=s["eval_batch_size"],
@@ -152,7 +163,7 @@ class ConsistRM(Paper):
             return {"accuracy": pre["warm_greedy_accuracy"],
                     "positional_consistency": pre["warm_greedy_consistency"],
                     "pseudo_label_accuracy": pre["pseudo_label_accuracy"],
-                    "curves": curves}  # fmt: skip
+                    "rows": pre.get("warm_rows", []), "curves": curves}  # fmt: skip
         run_dir = ctx.run_dir(arm, seed)
         self._fit(ctx, arm, seed, run_dir, ctx.settings, validate=True)
         return arm_figures(read_rows(run_dir / "metrics.csv"), start)

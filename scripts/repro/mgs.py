@@ -24,8 +24,10 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import ClassVar
 
 from repro.common import Context, Figures, Paper, Preset, Primary
+from repro.intervals import Kind, bounded
 from repro.mgs_runs import (
     arm_fragment,
     candidate_rows,
@@ -87,6 +89,13 @@ class MGS(Paper):
     arms = ("mixed", "null", "pcgrad", "mgs")
     primary = Primary("conflict_gap", treatment="mixed", baseline="null", direction=1)
     presets = PRESETS
+    # a difference of two conflict fractions lives in [-1, 1]; a collapsed run counts as -1,
+    # the worst for the paper's direction (per-module conflict above global); the fractions and
+    # the removed share in [0, 1]
+    metric_kinds: ClassVar[dict[str, Kind]] = {
+        "conflict_gap": bounded(-1.0, 1.0),
+        **{m: bounded(0.0, 1.0) for m in ("module_conflict", "global_conflict", "removed_share")},
+    }
     table_metrics = (
         "conflict_gap", "module_conflict", "global_conflict", "module_cosine", "global_cosine",
         "module_removed", "global_removed", "removed_share", "undefined_pairs",

@@ -29,13 +29,15 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/
 from repro import judge_common as jc
 from repro.common import Context, Figures, Interval, Paper, Preset, Primary
 from repro.consistrm import _settings
+from repro.intervals import Kind, bounded, judge_rows
+from repro.judge_records import RULES, row_outputs
 
 INFERENCE_ARMS = ("greedy", "majority", "reflective")
 
@@ -60,6 +62,13 @@ class ReflectRM(Paper):
     arms = INFERENCE_ARMS
     primary = Primary("accuracy", "reflective", "majority", +1)
     presets = PRESETS
+    # the primary: per-row outcomes on the fixed held-out rows (pair-clustered bootstrap pooled
+    # over seeds); the other rates are bounded in [0, 1] (percentile bootstrap over seeds)
+    metric_kinds: ClassVar[dict[str, Kind]] = {
+        "accuracy": judge_rows("rows"),
+        **{m: bounded(0.0, 1.0) for m in ("positional_consistency", "anchor_accuracy",
+                                          "random_sample_accuracy")},
+    }  # fmt: skip
     table_metrics = ("accuracy", "positional_consistency", "anchor_accuracy",
                      "random_sample_accuracy")  # fmt: skip
     # no curves over steps: the PNG is drawn by ``plot`` (below) from the scalar figures
@@ -95,7 +104,9 @@ class ReflectRM(Paper):
             jc.warm_judge(ctx.out, s), ctx.out / "pools" / "eval.jsonl", samples=s["samples"],
             seed=seed, max_new_tokens=s["max_new_tokens"], batch_size=s["eval_batch_size"],
         )  # fmt: skip
-        figures = jc.inference_figures(judged)
+        figures: Figures = dict(jc.inference_figures(judged))
+        # the per-row outputs (issue 40 item 5): what each rule said on each row, and the anchor
+        figures["rows"] = {rule: row_outputs(judged, rule) for rule in (*RULES, "anchor")}
         path.write_text(json.dumps(figures, indent=1))
         return figures
 
@@ -103,9 +114,14 @@ class ReflectRM(Paper):
         if ctx.preset.name == "gpu":
             raise SystemExit("the gpu preset runs the authors' recipe: see docs/grm.md")
         figures = self._inference(ctx, seed)
-        keep: dict[str, Any] = {k: v for k, v in figures.items() if not k.startswith(arm)}
+        keep: dict[str, Any] = {
+            k: v for k, v in figures.items() if not k.startswith(arm) and k != "rows"
+        }
+        rows = figures.get("rows", {})  # absent in an inference cache made before rows were kept
+        extra = {"rows": rows[arm], "anchor_rows": rows["anchor"]} if rows else {}
         return {
             **keep,
+            **extra,
             "accuracy": figures[f"{arm}_accuracy"],
             "positional_consistency": figures[f"{arm}_consistency"],
         }

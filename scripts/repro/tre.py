@@ -19,9 +19,10 @@ entropy bonus minus TRE-K, expected > 0 (docs/exploration.md).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from repro.common import Context, Figures, Paper, Preset, Primary
+from repro.intervals import Kind, bounded
 from repro.tre_runs import (
     arm_fragment,
     curve_figures,
@@ -122,6 +123,13 @@ class TRE(Paper):
         "entropy_topp", "entropy_full", "reward", "pass@1", "pass@k", "sampled_pass@1",
     )  # fmt: skip
     curve_keys = ("tail_mass_topk", "tail_mass_topp", "entropy_topk", "entropy_full", "reward")
+    # masses and pass rates live in [0, 1]: percentile bootstrap over seeds. A collapsed run
+    # counts as the worst value (repro.intervals): all mass in the tail, nothing passed
+    metric_kinds: ClassVar[dict[str, Kind]] = {
+        "tail_mass_topk": bounded(0.0, 1.0, worst=1.0),
+        "tail_mass_topp": bounded(0.0, 1.0, worst=1.0),
+        **{m: bounded(0.0, 1.0) for m in ("pass@1", "pass@k", "sampled_pass@1")},
+    }
 
     def precheck(self, ctx: Context) -> Figures:
         """Greedy pass@1 and pass@k of the base policy per difficulty, easy to hard, stopping

@@ -22,9 +22,9 @@ from repro.common import Interval, Preset, Primary  # noqa: E402
 def test_interval_matches_a_hand_computed_t_interval() -> None:
     # values 1, 2, 3: mean 2, sample std 1, half width t_{0.975,2} * 1 / sqrt(3) = 4.303 / 1.732
     iv = Interval.of([1.0, 2.0, 3.0])
-    assert iv.mean == 2.0 and iv.n == 3
-    assert iv.high - iv.mean == pytest.approx(4.303 / math.sqrt(3))
-    assert iv.low == pytest.approx(2.0 - 4.303 / math.sqrt(3))
+    assert iv.mean == 2.0 and iv.n == 3 and iv.as_dict()["interval_method"] == "t"
+    assert iv.high - iv.mean == pytest.approx(4.303 / math.sqrt(3), abs=1e-3)
+    assert iv.low == pytest.approx(2.0 - 4.303 / math.sqrt(3), abs=1e-3)
     assert iv.cell(".2f") == "2.00 [-0.48, 4.48]"
 
 
@@ -34,8 +34,10 @@ def test_interval_of_one_value_and_of_none() -> None:
     assert Interval.of([]).cell() == "n/a"
 
 
-def test_t975_table_and_large_df() -> None:
-    assert common.t975(1) == 12.706 and common.t975(30) == 2.042 and common.t975(100) == 1.96
+def test_t975_matches_the_table_values() -> None:
+    # scipy.stats.t against the printed table (3 decimals); 1.984 at df 100, not the normal 1.96
+    for df, table in ((1, 12.706), (2, 4.303), (30, 2.042), (100, 1.984)):
+        assert common.t975(df) == pytest.approx(table, abs=5e-4)
     with pytest.raises(ValueError, match="df >= 1"):
         common.t975(0)
 
@@ -122,6 +124,27 @@ def test_runner_writes_outputs_and_resumes_from_the_cache(reproduce, tmp_path: P
     (folder / "treat" / "seed1" / "result.json").unlink()
     module.main(["tre", "--smoke", "--out", str(tmp_path)])
     assert paper.calls == [("treat", 1)]
+
+
+def test_results_json_is_the_record_and_is_copied_to_docs_off_smoke(
+    reproduce, tmp_path: Path
+) -> None:
+    module, paper = reproduce
+    docs = tmp_path / "docs"
+    module.main(["tre", "--smoke", "--out", str(tmp_path / "runs"), "--docs", str(docs)])
+    assert not docs.exists()  # a smoke run writes nowhere in docs, whatever --docs says
+    paper.doc = "docs/fakepage.md"
+    module.main(["tre", "--preset", "cpu", "--out", str(tmp_path / "runs"), "--docs", str(docs)])
+    record = json.loads((docs / "fakepage_fake.json").read_text())
+    folder = tmp_path / "runs" / "fake" / "cpu"
+    assert record == json.loads((folder / "results.json").read_text())
+    assert record["settings"] == {"steps": 50} and record["preset"] == "cpu"
+    assert record["fingerprint"] == paper.presets["cpu"].fingerprint()
+    assert len(record["commit"]) == 40 and record["seeds"] == [0, 1, 2]
+    # the per-seed values of every arm, and the primary interval's method
+    assert {s: f["score"] for s, f in record["runs"]["treat"].items()} == {
+        "0": 1.5, "1": 2.5, "2": 3.5}  # fmt: skip
+    assert record["summary"]["primary"]["difference"]["interval_method"] == "t"
 
 
 def test_cache_made_with_other_settings_is_refused(reproduce, tmp_path: Path) -> None:
