@@ -61,11 +61,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", help="default: the preset's")
     parser.add_argument("--arms", nargs="+", help="default: every arm of the paper")
     parser.add_argument("--out", type=Path, default=Path("runs/reproduce"))
-    parser.add_argument(
-        "--docs", type=Path, default=Path("docs"),
-        help="copy results.json to DOCS/<page>_<paper>.json (cpu/gpu presets; a smoke run "
-        "writes nowhere in docs)",
-    )  # fmt: skip
+    parser.add_argument("--docs", type=Path, default=Path("docs"), help="where results.json is copied")
     parser.add_argument("--fresh", action="store_true", help="delete this preset's cache first")
     parser.add_argument("--precheck-only", action="store_true")
     parser.add_argument(
@@ -76,8 +72,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     opts = parser.parse_args(argv)
     opts.preset = "smoke" if opts.smoke else opts.preset
-    if opts.smoke:
-        opts.docs = None
+    opts.docs = None if opts.smoke else opts.docs  # a smoke run writes nowhere in docs/
     return opts
 
 
