@@ -61,7 +61,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", help="default: the preset's")
     parser.add_argument("--arms", nargs="+", help="default: every arm of the paper")
     parser.add_argument("--out", type=Path, default=Path("runs/reproduce"))
-    parser.add_argument("--docs", type=Path, default=Path("docs"), help="where results.json is copied")
+    parser.add_argument("--docs", type=Path, default=Path("docs"), help="results.json copied here")
     parser.add_argument("--fresh", action="store_true", help="delete this preset's cache first")
     parser.add_argument("--precheck-only", action="store_true")
     parser.add_argument(
