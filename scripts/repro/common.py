@@ -234,10 +234,6 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _interval(d: dict[str, Any]) -> Interval:
-    return Interval.from_dict(d)
-
-
 def results_markdown(
     paper: Paper, summary: Figures, precheck: Figures, seeds: Sequence[int]
 ) -> str:
@@ -249,19 +245,19 @@ def results_markdown(
     columns = (*metrics, "seconds")  # wall time per run; each result.json has its load beside it
     lines += ["", "| arm | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for arm, figures in summary["arms"].items():
-        cells = [_interval(figures[m]).cell() if m in figures else "n/a" for m in columns]
+        cells = [Interval.from_dict(figures[m]).cell() if m in figures else "n/a" for m in columns]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += ["", "Paired differences against the baseline (same seeds):", ""]
     lines += ["| difference | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
     for name, by_metric in summary["differences"].items():
-        cells = [_interval(by_metric[m]).cell() for m in metrics]
+        cells = [Interval.from_dict(by_metric[m]).cell() for m in metrics]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     p = summary["primary"]
     sign = "> 0" if p["direction"] > 0 else "< 0"
     lines += [
         "",
         f"Primary: `{p['metric']}`, {p['treatment']} - {p['baseline']} expected {sign}; "
-        f"rule: {p['rule']}. Difference {_interval(p['difference']).cell()} "
+        f"rule: {p['rule']}. Difference {Interval.from_dict(p['difference']).cell()} "
         f"({p['difference'].get('interval_method', 't')}{_t_beside(p['difference'])}): "
         f"**{p['verdict']}**.",
         "",

@@ -79,8 +79,8 @@ def split(logits: Tensor, region: Tensor, nucleus: Tensor) -> dict[str, float]:
     """Mean over positions: full entropy, its parts inside / outside ``region`` (bool [N, V]),
     and the masses outside ``region`` and outside ``nucleus``."""
     log_p = torch.log_softmax(logits, dim=-1)
-    terms = -log_p.exp() * log_p
     p = log_p.exp()
+    terms = -p * log_p
     return {
         "entropy": float(terms.sum(-1).mean()),
         "entropy_region": float((terms * region).sum(-1).mean()),
