@@ -21,8 +21,10 @@ inference, :mod:`lit_rlhf.modules.judge_inference`), and log accuracy, positiona
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import torch
 from lightning import Callback, LightningModule
 from lightning.pytorch.utilities import rank_zero_warn
 
@@ -30,7 +32,7 @@ from lit_rlhf.algos.judge import JudgeFormat
 from lit_rlhf.data.judge_templates import judge_template
 from lit_rlhf.data.prompts import render_chat_prompt
 from lit_rlhf.metrics import JudgeMetrics
-from lit_rlhf.modules.judge_inference import Decision, JudgeInference
+from lit_rlhf.modules.judge_inference import Decision, JudgeInference, Renderer
 from lit_rlhf.modules.ppo_setup import build_networks, check_fit_setup, refuse_set_fields
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.verdict import VerdictReward, gold_label
@@ -224,6 +226,28 @@ class GenerativeRewardModule(LightningModule):
     # ------------------------------------------------- validation / test / predict
     def judge(self, batch: dict[str, Any]) -> list[Decision]:
         """Per pair of the batch, the judgment by ``inference`` (verdict and votes)."""
+        render = self._renderer()
+        return self.inference.decide(
+            self.policy, self.tokenizer, batch, render.fn, chat_rendered=render.chat
+        )
+
+    @torch.no_grad()
+    def compare_analyses(
+        self, questions: Sequence[tuple[Mapping[str, Any], tuple[str, str]]]
+    ) -> list[tuple[int | None, str]]:
+        """ReflectRM's stage 2 alone, e.g. on planted analyses: for each ``(row, (analysis 1,
+        analysis 2))`` (``row``: ``query``, ``response_1``, ``response_2``) the judge's greedy
+        reply and verdict (-1: analysis 1 is better, +1: analysis 2, None: unreadable), through
+        reflective inference's prompts, rendering and parsing. Needs the networks built
+        (``configure_model``)."""
+        device = next(self.policy.parameters()).device
+        return self.inference.compare(
+            self.policy, self.tokenizer, questions, self._renderer(), device=device
+        )
+
+    def _renderer(self) -> Renderer:
+        """Questions rendered as the data module renders prompts (chat template, system prompt,
+        pre-fill); the defaults without a trainer."""
         dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
         system, use_chat = (
             getattr(dm, "system_prompt", None),
@@ -241,8 +265,7 @@ class GenerativeRewardModule(LightningModule):
                 question_suffix=suffix,
             )  # fmt: skip
 
-        chat = bool(use_chat and getattr(self.tokenizer, "chat_template", None))
-        return self.inference.decide(self.policy, self.tokenizer, batch, render, chat_rendered=chat)
+        return Renderer(render, bool(use_chat and getattr(self.tokenizer, "chat_template", None)))
 
     def _evaluate(self, batch: dict[str, Any], metrics: JudgeMetrics) -> None:
         rows = batch["row"]

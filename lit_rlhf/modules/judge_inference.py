@@ -17,7 +17,7 @@ Decisions the paper leaves open:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -114,16 +114,16 @@ class JudgeInference:
             return [Decision(majority_verdict(v), v) for v in votes]
         assert log_probs is not None
         conf = confidence(log_probs, mask).view(len(rows), n)
-        prompt = _Renderer(render, chat_rendered)
+        prompt = Renderer(render, chat_rendered)
         return self._reflect(policy, tokenizer, batch, texts, votes, conf, prompt)
 
     def _reflect(
         self, policy: nn.Module, tokenizer: Any, batch: dict[str, Any], texts: list[str],
-        votes: list[list[int | None]], conf: Tensor, render: _Renderer,
+        votes: list[list[int | None]], conf: Tensor, render: Renderer,
     ) -> list[Decision]:  # fmt: skip
         n, decisions = self.samples, []
         jobs: list[tuple[int, int, bool]] = []  # (pair, candidate, candidate shown first)
-        prompts: list[str] = []
+        questions: list[tuple[Mapping[str, Any], tuple[str, str]]] = []
         for b, row in enumerate(batch["row"]):
             ok = torch.tensor([v is not None for v in votes[b]])
             if not ok.any():
@@ -140,21 +140,14 @@ class JudgeInference:
                     continue
                 first = seeded_coin(self.seed, f"{batch['query_id'][b]}/{k}", "reflect")
                 pair = (analyses[k], analyses[anchor]) if first else (analyses[anchor], analyses[k])
-                prompts.append(
-                    render.fn(self._question(row, pair), self.reflection_format.opening())
-                )
+                questions.append((row, pair))
                 jobs.append((b, k, first))
-        if prompts:
-            ids, mask = tokenize_prompts(
-                tokenizer, prompts, chat_rendered=render.chat, device=batch["input_ids"].device
-            )
-            outputs, _, _ = self.generate(
-                policy, tokenizer, ids, mask, n=1, greedy=True, log_probs=False
-            )
-            for (b, k, first), text in zip(jobs, outputs, strict=True):
-                # verdict -1: critique 1 is better; the candidate wins if it was the better one
-                if self.reflection_format.verdict(text) == (-1 if first else 1):
-                    decisions[b].winners.append(k)
+        device = batch["input_ids"].device
+        replies = self.compare(policy, tokenizer, questions, render, device=device)
+        for (b, k, first), (verdict, _) in zip(jobs, replies, strict=True):
+            # verdict -1: critique 1 is better; the candidate wins if it was the better one
+            if verdict == (-1 if first else 1):
+                decisions[b].winners.append(k)
         for decision in decisions:
             if decision.anchor is not None:
                 readable = [k for k, v in enumerate(decision.votes) if v is not None]
@@ -165,6 +158,22 @@ class JudgeInference:
                     readable.index(decision.anchor),
                 )
         return decisions
+
+    def compare(
+        self, policy: nn.Module, tokenizer: Any,
+        questions: Sequence[tuple[Mapping[str, Any], tuple[str, str]]], render: Renderer, *,
+        device: torch.device | str = "cpu",
+    ) -> list[tuple[int | None, str]]:  # fmt: skip
+        """Stage 2 alone: for each ``(row, (analysis 1, analysis 2))`` the judge's greedy
+        analysis-preference reply and its verdict (-1: analysis 1 is better, +1: analysis 2,
+        None: unreadable)."""
+        if not questions:
+            return []
+        opening = self.reflection_format.opening()
+        prompts = [render.fn(self._question(row, pair), opening) for row, pair in questions]
+        ids, mask = tokenize_prompts(tokenizer, prompts, chat_rendered=render.chat, device=device)
+        texts, _, _ = self.generate(policy, tokenizer, ids, mask, n=1, greedy=True, log_probs=False)
+        return [(self.reflection_format.verdict(t), t) for t in texts]
 
     def _question(self, row: Mapping[str, Any], critiques: tuple[str, str]) -> str:
         missing = [c for c in ("query", "response_1", "response_2") if not row.get(c)]
@@ -185,7 +194,10 @@ class JudgeInference:
 
 
 @dataclass(frozen=True)
-class _Renderer:
+class Renderer:
+    """``fn(question, prefix)`` makes a question a prompt (chat template and pre-fill);
+    ``chat``: whether it applies a chat template."""
+
     fn: Callable[[str, str], str]
     chat: bool
 

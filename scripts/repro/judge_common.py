@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,13 +65,13 @@ class ArithPair:
 
 
 def make_pools(
-    sizes: Mapping[str, int], *, seed: int, max_value: int
+    sizes: Mapping[str, int], *, seed: int, max_value: int, exclude: Set[tuple] = frozenset()
 ) -> dict[str, list[ArithPair]]:
-    """Disjoint pools of distinct questions (``a op b`` appears in at most one pool), each
-    with balanced positions of the right answer by a seeded coin."""
+    """Disjoint pools of distinct questions (``a op b`` appears in at most one pool, and never
+    when in ``exclude``), each with balanced positions of the right answer by a seeded coin."""
     rng = random.Random(f"judge-pools/{seed}")
     space = [(a, op, b) for a in range(1, max_value + 1) for b in range(1, max_value + 1)
-             for op in "+-"]  # fmt: skip
+             for op in "+-" if (a, op, b) not in exclude]  # fmt: skip
     need = sum(sizes.values())
     if need > len(space):
         raise ValueError(f"pools need {need} distinct questions; max_value={max_value} has "
@@ -123,6 +123,14 @@ def judgment(pair: ArithPair, *, swapped: bool = False) -> str:
     result = "Response 1 is better than Response 2" if first_right else (
         "Response 2 is better than Response 1")  # fmt: skip
     return f"<Analysis>{analysis(pair, swapped=swapped)}</Analysis><Result>{result}</Result>"
+
+
+def planted_judgment(pair: ArithPair) -> str:
+    """A judgment whose analysis checks the wrong value, its verdict following it: the planted
+    wrong analysis of the stage-2 experiment (scripts/repro/reflectrm_planted.py)."""
+    result = "Response 2 is better than Response 1" if pair.right_first else (
+        "Response 1 is better than Response 2")  # fmt: skip
+    return f"<Analysis>{analysis(pair, value=pair.wrong)}</Analysis><Result>{result}</Result>"
 
 
 def reflection_row(pair: ArithPair, rng: random.Random) -> dict[str, str]:

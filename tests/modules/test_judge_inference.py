@@ -137,3 +137,27 @@ def test_settings_are_checked_when_the_module_is_built() -> None:
     with pytest.raises(ValueError, match="mode must be"):
         GenerativeRewardModule(mode="reflect")  # type: ignore[arg-type]
     assert GenerativeRewardModule(judge={"eval_samples": 3}).inference.mode == "majority"
+
+
+def test_stage_two_alone_asks_what_reflective_inference_asks_and_reads_each_order(
+    tokenizer,  # type: ignore[no-untyped-def]
+) -> None:
+    # reflective inference on a 2-sample pair: one reflection prompt, recorded by the engine
+    lonely = [(_judgment("bad", R2), -0.1), (_judgment("GOOD", R1), -3.0)]
+    _, reflective = _run(tokenizer, "reflective", lonely, 2)
+    (asked,) = reflective.reflections
+    # the module's stage 2 alone, on the same row and analyses, in both orders and unreadable
+    engine = _Scripted([])
+    module = GenerativeRewardModule(
+        engine=engine, judge={"eval_samples": 2, "inference": "reflective",
+                              "tags": ("Analysis", "Result")},
+    )  # fmt: skip
+    module.configure_model()
+    row = _batch(tokenizer)["row"][0]
+    good, bad = "<Analysis>GOOD</Analysis>", "<Analysis>bad</Analysis>"
+    replies = module.compare_analyses([(row, (bad, good)), (row, (good, bad)), (row, ("x", "y"))])
+    assert [v for v, _ in replies] == [1, -1, None]
+    assert replies[2][1] == "no idea"  # the reply text comes back with the verdict
+    first = engine.reflections[0] if asked.index("bad") < asked.index("GOOD") else (
+        engine.reflections[1])  # fmt: skip
+    assert first == asked  # the same prompt, rendering included
