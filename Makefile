@@ -68,7 +68,7 @@ test: venv
 # against TRL 1.16's own compute_loss, one case per row of docs/algorithms.md's TRL table, and
 # REINFORCE++ against OpenRLHF's formula; it prints its case count, and a missing TRL fails it.
 test-vllm: venv-vllm
-	$(TIMED) vllm env HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -q -m "vllm and not slow"
+	$(TIMED) vllm env HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -q --durations=15 -m "vllm and not slow"
 
 # The slow group: the long CPU runs, then the slow vLLM ones (a vllm serve and three training
 # processes: the asynchrony measurement at its smallest) in the vLLM venv.
