@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats
 from torch import Tensor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +44,9 @@ QUESTION = (
 )  # the TRE comparison's pre-check difficulty "3 numbers 1-10, +" (scripts/repro/tre.py)
 
 
+ARMS = ("entropy", "tre-k")
+
+
 def rollouts(model: Any, tokenizer: Any, prompts: int, new_tokens: int, seed: int) -> dict:
     """``prompts`` Countdown prompts (data seed ``seed``) with one sampled response each."""
     rows = CountdownPrompts(
@@ -57,7 +59,7 @@ def rollouts(model: Any, tokenizer: Any, prompts: int, new_tokens: int, seed: in
         )
         for r in rows
     ]
-    enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left")
+    enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left").to(model.device)
     torch.manual_seed(seed)
     out = model.generate(
         **enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
@@ -135,6 +137,8 @@ def primary(results: dict[str, Any]) -> dict[str, Any]:
     """The registered primary: per seed, the far-tail mass gained per nat of entropy gained,
     entropy bonus minus TRE-K; the mean with its percentile-bootstrap and t intervals and the
     verdict (docs/exploration.md)."""
+    from scipy import stats  # here: the GPU window's image may lack scipy (tre_drift_gpu.py)
+
     per_seed = [
         r["entropy"]["delta_mass_outside_nucleus"] / r["entropy"]["delta_entropy"]
         - r["tre-k"]["delta_mass_outside_nucleus"] / r["tre-k"]["delta_entropy"]
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     for seed in seeds:
         t0 = time.monotonic()
         batch = rollouts(model, tokenizer, opts.prompts, opts.new_tokens, seed)
-        results[str(seed)] = {arm: drift(model, batch, arm, opts) for arm in ("entropy", "tre-k")}
+        results[str(seed)] = {arm: drift(model, batch, arm, opts) for arm in ARMS}
         seconds = time.monotonic() - t0
         for arm, r in results[str(seed)].items():
             print(f"seed {seed} {arm}: {r['steps']} steps, gain {r['delta_entropy']:.3f}, "
