@@ -112,12 +112,15 @@ def test_grpo_on_own_prompts_and_reward_logs_completions_and_plain_progress(tmp_
         from my_rewards import digits  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(folder))
-    logged = {
-        int(float(r["rollout/step"])): float(r["reward/mean"])
-        for r in _rows(folder / RUN / "metrics.csv")
-        if r.get("reward/mean")
-    }
+    metrics = [r for r in _rows(folder / RUN / "metrics.csv") if r.get("reward/mean")]
+    logged = {int(float(r["rollout/step"])): float(r["reward/mean"]) for r in metrics}
+    tied = {int(float(r["rollout/step"])): float(r["reward/tied_groups"]) for r in metrics}
     for step, rows in by_step.items():
+        groups: dict[str, list[float]] = {}
+        for r in rows:  # a prompt's samples are its group
+            groups.setdefault(r["prompt"], []).append(r["reward"])
+        ties = [max(g) == min(g) for g in groups.values() if len(g) > 1]
+        assert tied[step] == pytest.approx(sum(ties) / len(ties))
         expected = digits([r["completion"] for r in rows], [""] * len(rows))
         assert [r["reward"] for r in rows] == pytest.approx(expected, abs=1e-6)
         mean = torch.tensor([r["reward"] for r in rows]).mean().item()

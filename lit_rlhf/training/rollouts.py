@@ -245,12 +245,16 @@ def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
     the reward, ``fault/reward_errors``: the samples its reward failed on (summed over every
     guarded part)."""
     mask = rollout.response_mask
-    scores = rollout.scores[~failed_samples(rollout.reward_info, len(rollout)).to(mask.device)]
+    kept = ~failed_samples(rollout.reward_info, len(rollout)).to(mask.device)
+    scores = rollout.scores[kept]
     stats = {
         "reward/mean": scores.mean() if len(scores) else scores.new_tensor(float("nan")),
         "reward/std": scores.std() if len(scores) > 1 else scores.new_zeros(()),
         "rollout/response_length": mask.sum(1).float().mean(),
     }
+    tied = tied_group_share(scores, rollout.group_ids.to(mask.device)[kept])
+    if tied is not None:
+        stats["reward/tied_groups"] = tied
     for key, value in rollout.reward_info.items():  # NaN: not defined for that sample
         defined = value.float()[~value.float().isnan()]
         if len(defined):
@@ -264,3 +268,20 @@ def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
         stats["fault/reward_errors"] = torch.stack(errors).sum()
     stats.update(rollout.term_stats)
     return stats
+
+
+def tied_group_share(scores: Tensor, group_ids: Tensor) -> Tensor | None:
+    """The share of the prompts' groups (of two samples or more) whose rewards all tie: the
+    groups a group baseline (GRPO, RLOO) gives zero advantage, so only the KL and the loss
+    terms move the policy there. None when no group has two samples."""
+    if len(scores) == 0:
+        return None
+    _, group = group_ids.unique(return_inverse=True)
+    n = int(group.max()) + 1
+    size = torch.bincount(group, minlength=n)
+    high = scores.new_full((n,), float("-inf")).scatter_reduce(0, group, scores, "amax")
+    low = scores.new_full((n,), float("inf")).scatter_reduce(0, group, scores, "amin")
+    counted = size > 1
+    if not counted.any():
+        return None
+    return ((high == low) & counted).sum() / counted.sum()

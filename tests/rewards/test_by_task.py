@@ -36,7 +36,7 @@ def test_rollout_stats_average_each_task_over_its_own_rows() -> None:
 
     class _Rollout:
         scores, response_mask = out.scores, torch.ones(3, 2, dtype=torch.bool)
-        reward_info, term_stats = out.info, {}
+        reward_info, term_stats, group_ids = out.info, {}, torch.arange(3)
 
         def __len__(self) -> int:
             return 3
