@@ -2,9 +2,9 @@
 the seed rule are registered there before the first run): once the task is solved, only the
 bonus moves the policy; what does each bonus then do to the far tail?
 
-    python scripts/repro/tre_saturation.py --pilot          # seed 0: the gate, then the pilot figures
+    python scripts/repro/tre_saturation.py --pilot             # seed 0: the gate, pilot figures
     python scripts/repro/tre_saturation.py --seeds 1 2 3 4 5   # after a passed gate
-    python scripts/repro/tre_saturation.py --smoke          # tiny random model, plumbing only
+    python scripts/repro/tre_saturation.py --smoke             # tiny random model, plumbing
 
 Per seed: one solve phase (``vanilla`` PPO on Countdown "3 numbers 1-10, +", the TRE CPU
 preset's settings, until the training reward is >= 0.95 on 3 consecutive rollout steps, at most
@@ -108,7 +108,8 @@ def drift(s: dict[str, Any], out: Path, seed: int, arm: str, solved: dict) -> di
     fragment["ckpt_path"] = solved["checkpoint"]
     metrics = run_cli("fit", s["configs"], fragment, root / "fragment.yaml")
     rows = read_rows(root / "logs" / "metrics.csv")
-    tail, rewards = series(rows, "TrustRegionDiagnostics/tail_mass_topp"), series(rows, "reward/mean")
+    tail = series(rows, "TrustRegionDiagnostics/tail_mass_topp")
+    rewards = series(rows, "reward/mean")
     tied = series(rows, "reward/tied_groups")
     run = longest = 0
     for reward in rewards:  # the longest run of rollout steps below the collapse reward
@@ -165,8 +166,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         solved = solve(s, out, seed)
         arms = {arm: drift(s, out, seed, arm, solved) for arm in ARMS} if solved["solved"] else {}
         runs[str(seed)] = {"solve": solved, "arms": arms}
-        print(f"seed {seed}: solve {solved['steps']} steps (solved {solved['solved']}); " + ", ".join(
-            f"{a} tail drift {f['tail_drift']}" for a, f in arms.items()), flush=True)
+        drifts = ", ".join(f"{a} tail drift {f['tail_drift']}" for a, f in arms.items())
+        print(f"seed {seed}: solve {solved['steps']} steps (solved {solved['solved']}); {drifts}")
     pilot = runs.get("0")
     scored = {k: v for k, v in runs.items() if k != "0" and v["arms"]}
     record = {"settings": {k: v for k, v in s.items() if k != "difficulties"},

@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from repro import tre_saturation as ts  # noqa: E402
+from repro import tre_saturation as ts
 
 
 def test_smoke_solves_drifts_from_the_checkpoint_and_scores_the_seeds(tmp_path: Path) -> None:
