@@ -34,7 +34,20 @@ def paired_t_power(n: int, effect: float, sd: float, alpha: float = ALPHA) -> fl
     df = n - 1
     crit = stats.t.ppf(1 - alpha / 2, df)
     nc = abs(effect) / sd * math.sqrt(n)
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    exact = float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    if math.isfinite(exact):
+        return exact
+    # scipy's noncentral t gives NaN far in its tail (a large nc on few df, e.g. 9.4 on 2):
+    # integrate over the variance estimate V ~ chi2(df) instead, with s = sqrt(V / df):
+    # P(|T| > crit) = E_V[Phi(nc - crit s) + Phi(-nc - crit s)]
+    from scipy import integrate
+
+    def rejects(v: float) -> float:
+        s = math.sqrt(v / df)
+        both = stats.norm.cdf(nc - crit * s) + stats.norm.cdf(-nc - crit * s)
+        return float(both * stats.chi2.pdf(v, df))
+
+    return float(integrate.quad(rejects, 0.0, math.inf)[0])
 
 
 @dataclass(frozen=True)
