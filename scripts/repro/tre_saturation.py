@@ -39,7 +39,7 @@ from repro.tre_runs import arm_fragment, curve_figures, eval_figures, run_cli  #
 
 RULE = {"solved_reward": 0.95, "solved_steps": 3, "solve_max": 60, "drift_steps": 40,
         "alpha": {"entropy": 0.01, "tre-k": 0.001}, "gate_tied": 0.9, "collapse_reward": 0.5,
-        "collapse_steps": 3, "end_steps": 5}  # fmt: skip
+        "collapse_steps": 3, "end_steps": 5, "min_seeds": 5}  # fmt: skip
 ARMS = ("vanilla", "entropy", "tre-k")
 STOP = "repro.tre_saturation.StopWhenSolved"
 
@@ -61,7 +61,8 @@ class StopWhenSolved(Callback):
 
 def settings(smoke: bool) -> dict[str, Any]:
     s = copy.deepcopy(PRESETS["smoke" if smoke else "cpu"].settings)
-    smoke_rule = {"solve_max": 3, "drift_steps": 2, "solved_reward": -1.0, "solved_steps": 2}
+    smoke_rule = {"solve_max": 3, "drift_steps": 2, "solved_reward": -1.0, "solved_steps": 2,
+                  "min_seeds": 2}  # fmt: skip
     rule = {**RULE, **smoke_rule} if smoke else RULE
     return {**s, **rule, "difficulty": (CPU_DIFFICULTIES[-1] if smoke else CPU_DIFFICULTIES[0])}
 
@@ -135,15 +136,15 @@ def gate(seed0: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
             "threshold": s["gate_tied"], "passes": passes}  # fmt: skip
 
 
-def primary(seeds: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per seed the far-tail drift, entropy minus TRE-K; the mean with its percentile bootstrap
-    and the t-interval beside it; the registered verdict."""
+def primary(seeds: dict[str, dict[str, Any]], min_seeds: int = 2) -> dict[str, Any]:
+    """Per seed the far-tail drift, entropy minus TRE-K; from ``min_seeds`` seeds on, the mean
+    with its percentile bootstrap, the t-interval beside it and the registered verdict."""
     from repro.intervals import Interval
 
     diffs = [r["arms"]["entropy"]["tail_drift"] - r["arms"]["tre-k"]["tail_drift"]
              for r in seeds.values()]  # fmt: skip
-    if len(diffs) < 2:
-        return {"per_seed": diffs}
+    if len(diffs) < max(2, min_seeds):
+        return {"per_seed": diffs, "verdict": f"none yet: {len(diffs)} of {min_seeds} seeds"}
     boot, t = bootstrap_interval(diffs, -1.0, 1.0), Interval.of(diffs)
     verdict = "reproduced" if boot.low > 0 else "opposite" if boot.high < 0 else "not shown"
     return {"per_seed": diffs, "mean": boot.mean, "bootstrap_95": [boot.low, boot.high],
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "commit": git_commit(), "seeds": runs,
               "gate": gate(pilot, s) if pilot and pilot["arms"] else (
                   {"passes": False, "solved": False} if pilot else None),
-              "primary": primary(scored)}  # fmt: skip
+              "primary": primary(scored, s["min_seeds"])}  # fmt: skip
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(record, indent=1, default=str) + "\n")
     print("gate:", json.dumps(record["gate"]), "\nprimary:", json.dumps(record["primary"]))

@@ -29,5 +29,9 @@ def test_smoke_solves_drifts_from_the_checkpoint_and_scores_the_seeds(tmp_path: 
     arms = {k: v["arms"] for k, v in record["seeds"].items() if k != "0"}  # seed 0: pilot only
     expected = [a["entropy"]["tail_drift"] - a["tre-k"]["tail_drift"] for a in arms.values()]
     assert record["primary"]["per_seed"] == expected
+    assert record["primary"]["verdict"] in ("reproduced", "opposite", "not shown")
+    # below the registered minimum of seeds: the differences, and no verdict
+    fewer = ts.primary({k: v for k, v in record["seeds"].items() if k == "1"}, min_seeds=5)
+    assert fewer == {"per_seed": expected[:1], "verdict": "none yet: 1 of 5 seeds"}
     again = ts.main(args)  # every phase and arm cached: the same figures
     assert json.dumps(again["seeds"], sort_keys=True) == json.dumps(record["seeds"], sort_keys=True)
