@@ -78,9 +78,30 @@ def _varied(scores: Tensor, inverse: Tensor, n_groups: int) -> Tensor:
     themselves, not on a float standard deviation: the mean of equal float32 scores is not
     always exactly their value, so a tied group of 8 or 16 had a std near 1e-8 and got a
     constant advantage of about 0.01-0.2 after the division by std + eps."""
+    high, low = _group_extremes(scores, inverse, n_groups)
+    return (high > low)[inverse]
+
+
+def _group_extremes(scores: Tensor, inverse: Tensor, n_groups: int) -> tuple[Tensor, Tensor]:
+    """[G] each group's highest and lowest score."""
     high = scores.new_full((n_groups,), float("-inf")).scatter_reduce(0, inverse, scores, "amax")
     low = scores.new_full((n_groups,), float("inf")).scatter_reduce(0, inverse, scores, "amin")
-    return (high > low)[inverse]
+    return high, low
+
+
+def tied_group_share(scores: Tensor, group_ids: Tensor) -> Tensor | None:
+    """The share of the prompts' groups (of two samples or more) whose scores all tie: the
+    groups a group baseline (GRPO, RLOO) gives zero advantage, so only the KL and the loss
+    terms move the policy there. None when no group has two samples."""
+    if len(scores) == 0:
+        return None
+    _, group = group_ids.unique(return_inverse=True)
+    n = int(group.max()) + 1
+    counted = torch.bincount(group, minlength=n) > 1
+    if not counted.any():
+        return None
+    high, low = _group_extremes(scores, group, n)
+    return ((high == low) & counted).sum() / counted.sum()
 
 
 def _float_scores(scores: Tensor) -> Tensor:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lit_rlhf.algos.advantages import tied_group_share
 from lit_rlhf.rewards.adapt import as_reward
 from lit_rlhf.rewards.base import RewardFunction
 from lit_rlhf.rewards.guarded import REWARD_ERROR_KEY, failed_samples
@@ -268,20 +269,3 @@ def rollout_stats(rollout: Rollout) -> dict[str, Tensor]:
         stats["fault/reward_errors"] = torch.stack(errors).sum()
     stats.update(rollout.term_stats)
     return stats
-
-
-def tied_group_share(scores: Tensor, group_ids: Tensor) -> Tensor | None:
-    """The share of the prompts' groups (of two samples or more) whose rewards all tie: the
-    groups a group baseline (GRPO, RLOO) gives zero advantage, so only the KL and the loss
-    terms move the policy there. None when no group has two samples."""
-    if len(scores) == 0:
-        return None
-    _, group = group_ids.unique(return_inverse=True)
-    n = int(group.max()) + 1
-    size = torch.bincount(group, minlength=n)
-    high = scores.new_full((n,), float("-inf")).scatter_reduce(0, group, scores, "amax")
-    low = scores.new_full((n,), float("inf")).scatter_reduce(0, group, scores, "amin")
-    counted = size > 1
-    if not counted.any():
-        return None
-    return ((high == low) & counted).sum() / counted.sum()

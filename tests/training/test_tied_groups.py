@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_rlhf.algos.advantages import group_advantages
-from lit_rlhf.training.rollouts import tied_group_share
+from lit_rlhf.algos.advantages import group_advantages, tied_group_share
 
 
 def test_the_share_counts_groups_not_samples_and_matches_zero_advantages() -> None:
