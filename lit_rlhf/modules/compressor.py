@@ -325,6 +325,27 @@ class CompressorDecoderModule(LightningModule):
         memory, markers = self._compress(ids, mask)
         return self._generate(decoder_prefix(memory, markers[AE]), mask)
 
+    @torch.no_grad()
+    def target_log_probs(
+        self, contexts: Sequence[str], targets: Sequence[str], max_context_tokens: int = 512
+    ) -> list[Tensor]:
+        """Per context, the decoder's float32 log-probability of each token of ``targets[i]``
+        (encoded without special tokens) read after the context's memory and the autoencoding
+        marker, teacher-forced: how the reconstruction from memory scores a text, e.g. a fact's
+        stem followed by the context's value or by a prior value (an overwrite margin)."""
+        if len(contexts) != len(targets):
+            raise ValueError(f"{len(contexts)} contexts but {len(targets)} targets")
+        pad = int(self.tokenizer.pad_token_id)
+        encoded = self.tokenizer(list(contexts), add_special_tokens=False)["input_ids"]
+        ids, mask = pad_ids([x[:max_context_tokens] for x in encoded], pad, "left")
+        memory, markers = self._compress(ids.to(self.device), mask.to(self.device))
+        wanted = self.tokenizer(list(targets), add_special_tokens=False)["input_ids"]
+        target_ids, target_mask = (t.to(self.device) for t in pad_ids(wanted, pad, "right"))
+        prefix = decoder_prefix(memory, markers[AE])
+        logits = teacher_forced_logits(self.decoder, prefix, target_ids, target_mask)
+        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, target_ids[..., None])
+        return [row[keep.bool()] for row, keep in zip(logp.squeeze(-1), target_mask, strict=True)]
+
     # -------------------------------------------------------------- checkpoints
     def configure_callbacks(self) -> list[Callback]:
         return module_callbacks()  # exact resumes, plain progress lines

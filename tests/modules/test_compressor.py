@@ -161,6 +161,36 @@ def test_the_autoencoding_loss_is_the_token_mean_over_context_and_eos() -> None:
     torch.testing.assert_close(out["ae_sum"], by_hand)
 
 
+def test_target_log_probs_score_texts_from_the_memory_as_the_autoencoding_loss_does() -> None:
+    data = _data()
+    data.setup("fit")
+    module = _module(data, lm_weight=0.0)
+    module.configure_model()
+    batch = next(iter(data.train_dataloader()))
+    out = module.losses(batch)
+    tok = data.tokenizer
+    rows = [ids[m] for ids, m in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
+    contexts = [tok.decode(ids) for ids in rows]
+    assert tok(contexts, add_special_tokens=False)["input_ids"] == [ids.tolist() for ids in rows]
+    # target = the context itself: its tokens' log-probs are the autoencoding loss's, less EOS
+    got = module.target_log_probs(contexts, contexts)
+    assert [len(g) for g in got] == [16] * 4
+    ae = -torch.nn.functional.cross_entropy(
+        out["ae_logits"].float().flatten(0, 1), out["ae_ids"].flatten(), reduction="none"
+    ).view_as(out["ae_ids"])
+    torch.testing.assert_close(torch.stack(got), ae[:, :16], atol=1e-4, rtol=1e-4)
+    # another context's memory scores the same text differently; lengths follow the targets
+    swapped = module.target_log_probs(contexts[::-1], contexts)
+    assert not torch.allclose(torch.stack(swapped), torch.stack(got))
+    short = module.target_log_probs(contexts[:2], ["a b", "c"])
+    assert [len(s) for s in short] == [
+        len(tok("a b", add_special_tokens=False)["input_ids"]),
+        len(tok("c", add_special_tokens=False)["input_ids"]),
+    ]
+    with pytest.raises(ValueError, match="2 contexts but 1 targets"):
+        module.target_log_probs(contexts[:2], contexts[:1])
+
+
 def test_checkpoints_leave_out_the_decoder_and_resume_exactly(tmp_path: Path) -> None:
     def fit(steps: int, root: Path, ckpt: str | None = None) -> CompressorDecoderModule:
         data = _data()
