@@ -158,11 +158,12 @@ def build(run: dict[str, Any], seed: int, probes: int, probe_seed: int) -> tuple
 
 
 def train_and_evaluate(
-    run: dict[str, Any], seed: int, probes: int, probe_seed: int
-) -> dict[str, Any]:
+    run: dict[str, Any], seed: int, probes: int, probe_seed: int,
+    keep: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Train one compressor, validate it (losses, erank, entropy, fidelity, probes) and
     measure the decoder's no-memory loss on the probe passages (the CPU presets' validation
-    passages)."""
+    passages). ``keep``: gets the trained module under ``"module"``, for more measurements."""
     import lightning as L
 
     flush_denormals()
@@ -172,6 +173,8 @@ def train_and_evaluate(
     trainer.fit(module, datamodule=data)
     train_seconds = time.perf_counter() - start
     (metrics,) = validator.validate(module, datamodule=data, verbose=False)
+    if keep is not None:
+        keep["module"] = module
     texts = [item["context"] for item in probe_items(probes, probe_seed)]
     return {
         "metrics": {k: float(v) for k, v in metrics.items()},
