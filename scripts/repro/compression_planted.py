@@ -118,14 +118,10 @@ def plant(s: dict[str, Any], twin: str, seed: int, out: Path) -> Path:
     import lightning as L
 
     from lit_rlhf.data import SFTDataModule
-    from lit_rlhf.models.loading import load_causal_lm, load_tokenizer
     from lit_rlhf.modules import SFTModule
     from lit_rlhf.settings import OptimSettings
 
-    cut = out / "cut"
-    if not (cut / "config.json").exists():
-        load_causal_lm(s["compressor"], num_layers=s["layers"]).save_pretrained(cut)
-        load_tokenizer(s["compressor"]).save_pretrained(cut)
+    cut = cut_model(s, out)
     items = fact_items(s["plant_sentences"], PLANT_SEED + seed)
     rows = out / f"seed{seed}" / twin / "plant.jsonl"
     rows.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +135,17 @@ def plant(s: dict[str, Any], twin: str, seed: int, out: Path) -> Path:
               enable_checkpointing=False, enable_progress_bar=False,
               enable_model_summary=False).fit(module, datamodule=data)  # fmt: skip
     return folder
+
+
+def cut_model(s: dict[str, Any], out: Path) -> Path:
+    """The compressor LM cut to ``layers`` layers, saved once as a folder with its tokenizer."""
+    from lit_rlhf.models.loading import load_causal_lm, load_tokenizer
+
+    cut = out / "cut"
+    if not (cut / "config.json").exists():
+        load_causal_lm(s["compressor"], num_layers=s["layers"]).save_pretrained(cut)
+        load_tokenizer(s["compressor"]).save_pretrained(cut)
+    return cut
 
 
 def lm_margins(folder: Path, items: list[dict[str, Any]]) -> list[float]:
@@ -169,33 +176,54 @@ def memory_margins(module: Any, items: list[dict[str, Any]]) -> list[float]:
     return margins
 
 
-def compress(s: dict[str, Any], twin: str, seed: int, lm: Path, out: Path,
-             evaluation: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
-    """Train the ``twin``'s compressor on one-sentence facts; its figures (cached)."""
-    path = out / f"seed{seed}" / twin / "figures.json"
+def compress(s: dict[str, Any], lm: Path, train_seed: int, evaluation: list[dict[str, Any]],
+             folder: Path) -> dict[str, Any]:  # fmt: skip
+    """Train a compressor from the LM folder ``lm`` on one-sentence facts of probe seed
+    ``train_seed`` (none an evaluation sentence); its figures on ``evaluation`` (cached)."""
+    path = folder / "figures.json"
     if path.exists():
         return dict(json.loads(path.read_text()))
+    from repro.compression_runs import no_memory_loss
+
     avoid = {i["sentence"] for i in evaluation}
-    train = fact_items(s["train_facts"], TRAIN_SEED + seed, avoid)  # epochs over them
-    folder = out / f"seed{seed}"
+    train = fact_items(s["train_facts"], train_seed, avoid)  # epochs over them
+    sentences = [i["sentence"] for i in evaluation]
     train_path = write_passages(folder / "train.jsonl", [i["sentence"] for i in train])
-    val_path = write_passages(out / "eval.jsonl", [i["sentence"] for i in evaluation])
+    val_path = write_passages(folder / "eval.jsonl", sentences)
     run = cpu_run({**s, "compressor": str(lm)}, 0, train_path, val_path)
     run["model"]["compressor_layers"] = None  # the folder holds the cut model already
     flush_denormals()
     captured: dict[str, Any] = {}
-    result = train_and_evaluate(run, seed, s["probes"], EVAL_SEED, keep=captured)
+    result = train_and_evaluate(run, train_seed, s["probes"], EVAL_SEED, keep=captured)
     module = captured["module"]
     figures = {
         "memory_gain": result["metrics"].get("val/memory_gain", math.nan),
         "val_ae_loss": result["metrics"].get("val/ae_loss", math.nan),
-        "no_memory_loss": result["no_memory_loss"],
+        "no_memory_loss": no_memory_loss(module.decoder, module.tokenizer, sentences),
         "train_seconds": result["train_seconds"],
         "margins": memory_margins(module, evaluation),
         "lm_margins": lm_margins(lm, evaluation),
     }
     path.write_text(json.dumps(figures, indent=1) + "\n")
     return figures
+
+
+def pilot(s: dict[str, Any], out: Path, steps: list[int], path: Path) -> dict[str, Any]:
+    """The development pilot that sized the compressor training (docs/compressor.md): the
+    unplanted cut trained for each of ``steps`` on seed 3001's facts, read on 48 facts of seed
+    3000 that are no evaluation sentence (neither seed is the evaluation's, the planting's or
+    the training's)."""
+    evaluation = {i["sentence"] for i in fact_items(s["eval_facts"], EVAL_SEED)}
+    dev = fact_items(min(48, s["eval_facts"]), 3000, evaluation)
+    runs = {}
+    for n in steps:
+        f = compress({**s, "steps": n}, cut_model(s, out), 3001, dev, out / "pilot" / f"{n}")
+        runs[str(n)] = {k: v for k, v in f.items() if not k.endswith("margins")}
+        runs[str(n)]["margin_mean"] = _mean(f["margins"])
+    record = {"settings": s, "commit": git_commit(), "steps": runs}
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print("pilot:", json.dumps(runs))
+    return record
 
 
 def verdict(seeds: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -232,18 +260,28 @@ def _mean(values: list[float]) -> float:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument(
+        "--pilot",
+        type=int,
+        nargs="+",
+        metavar="STEPS",
+        help="the development pilot alone, at these step counts",
+    )
     parser.add_argument("--root", type=Path, default=ROOT / "runs" / "reproduce" / "planted")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "compressor_planted.json")
     opts = parser.parse_args(argv)
     s = settings(opts.smoke)
     out = opts.root / ("smoke" if opts.smoke else "cpu")
+    if opts.pilot:
+        return pilot(s, out, opts.pilot, opts.out.with_name(opts.out.stem + "_pilot.json"))
     evaluation = fact_items(s["eval_facts"], EVAL_SEED)
     seeds: dict[str, dict[str, Any]] = {}
     for seed in s["seeds"]:
         seeds[str(seed)] = {
-            twin: compress(s, twin, seed, plant(s, twin, seed, out), out, evaluation)
+            twin: compress(s, plant(s, twin, seed, out), TRAIN_SEED + seed, evaluation,
+                           out / f"seed{seed}" / twin)
             for twin in TWINS
-        }
+        }  # fmt: skip
         gains = {t: round(f["memory_gain"], 3) for t, f in seeds[str(seed)].items()}
         print(f"seed {seed}: memory gain {gains}", flush=True)
     record: dict[str, Any] = {"settings": s, "gates_registered": GATES, "commit": git_commit(),

@@ -90,31 +90,54 @@ def rewards(s: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def arithmetic_source(count: int, seed: int) -> dict[str, Any]:
+    return {"class_path": "lit_rlhf.data.ArithmeticPrompts", "init_args": {
+        "num_examples": count, "seed": seed, "min_a": 1, "max_a": 20, "min_b": 1, "max_b": 20,
+        "operators": "+-", "question_template": TEMPLATE}}  # fmt: skip
+
+
+def source_rows(spec: dict[str, Any], tokenizer_name: str) -> list[dict[str, Any]]:
+    """A prompt source's rows as the data module prepares them, distinct questions only."""
+    from lit_rlhf.data import PromptDataModule
+
+    data = PromptDataModule(tokenizer=tokenizer_name, train=instantiate(spec), batch_size=1)
+    data.setup("fit")
+    assert data.train_data is not None
+    rows, seen = [], set()
+    for row in data.train_data:
+        if row["question"] not in seen:
+            seen.add(row["question"])
+            rows.append(dict(row))
+    return rows
+
+
+def probe(s: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The development probe that chose the arithmetic template (docs/multidomain.md): 24
+    prompts of seed 100 at the base policy; written to ``path``."""
+    from lit_rlhf.models.loading import load_causal_lm, load_tokenizer
+
+    rows = source_rows(arithmetic_source(24, 100), s["model"])
+    measurer = Measurer(s, load_causal_lm(s["model"]), load_tokenizer(s["model"]))
+    record = {"settings": s, "commit": git_commit(), "arithmetic": measurer.live(rows, 0)}
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print("probe:", json.dumps(record["arithmetic"]))
+    return record
+
+
 def pools(s: dict[str, Any], tokenizer_name: str) -> dict[str, dict[str, list[dict]]]:
     """``{"primary": {domain: rows}, "dev": {domain: rows}}``: arithmetic expressions and
     instruction prompts deduplicated, the first ``primary_pool`` primary, the next ``dev_pool``
     development (disjoint); chat's 24 prompts serve both."""
-    from lit_rlhf.data import PromptDataModule
-
     n = s["primary_pool"] + s["dev_pool"]
     sources = {
-        "arithmetic": {"class_path": "lit_rlhf.data.ArithmeticPrompts", "init_args": {
-            "num_examples": 4 * n, "seed": s["seed"], "min_a": 1, "max_a": 20, "min_b": 1,
-            "max_b": 20, "operators": "+-", "question_template": TEMPLATE}},
+        "arithmetic": arithmetic_source(4 * n, s["seed"]),
         "ifeval": {"class_path": "lit_rlhf.data.instructions.GeneratedInstructionPrompts",
                    "init_args": {"num_examples": n, "seed": s["seed"], "max_instructions": 1}},
         "chat": CHAT,
     }  # fmt: skip
     out: dict[str, dict[str, list[dict]]] = {"primary": {}, "dev": {}}
     for domain, spec in sources.items():
-        data = PromptDataModule(tokenizer=tokenizer_name, train=instantiate(spec), batch_size=1)
-        data.setup("fit")
-        assert data.train_data is not None
-        rows, seen = [], set()
-        for row in data.train_data:
-            if row["question"] not in seen:
-                seen.add(row["question"])
-                rows.append(dict(row))
+        rows = source_rows(spec, tokenizer_name)
         if domain == "chat":
             out["primary"][domain] = out["dev"][domain] = rows
         else:
@@ -153,23 +176,22 @@ class Measurer:
         self.collector = RolloutCollector(engine, reward)
         self.modules = module_groups(policy)
 
+    def live(self, rows: list[dict], seed: int) -> dict[str, Any]:
+        """One domain's prompts sampled (groups of ``samples``, 12 prompts per call): how many,
+        the share whose group rewards do not all tie, the mean reward."""
+        torch.manual_seed(seed)
+        scores: list[list[float]] = []
+        for start in range(0, len(rows), 12):
+            ro = sample_batch(self.collector, self.policy, self.tokenizer, rows[start : start + 12],
+                              samples=self.s["samples"], bf16=self.s["bf16"])  # fmt: skip
+            scores += ro.scores.view(-1, self.s["samples"]).tolist()
+        return {"prompts": len(scores),
+                "live_share": sum(max(g) > min(g) for g in scores) / len(scores),
+                "mean_reward": statistics.fmean(x for g in scores for x in g)}  # fmt: skip
+
     def gate(self, dev: dict[str, list[dict]], seed: int) -> dict[str, Any]:
         """Per domain, the share of development prompts whose group rewards do not all tie."""
-        domains: dict[str, Any] = {}
-        for domain in DOMAINS:
-            torch.manual_seed(seed)
-            scores = []
-            for start in range(0, len(dev[domain]), 12):
-                ro = sample_batch(self.collector, self.policy, self.tokenizer,
-                                  dev[domain][start : start + 12], samples=self.s["samples"],
-                                  bf16=self.s["bf16"])  # fmt: skip
-                scores += ro.scores.view(-1, self.s["samples"]).tolist()
-            live = sum(max(g) > min(g) for g in scores)
-            domains[domain] = {
-                "prompts": len(scores),
-                "live_share": live / len(scores),
-                "mean_reward": statistics.fmean(x for g in scores for x in g),
-            }
+        domains = {domain: self.live(dev[domain], seed) for domain in DOMAINS}
         short = [d for d, f in domains.items() if f["live_share"] < self.s["gate_min_live"]]
         return {"passes": not short, "short": short, "domains": domains}
 
@@ -277,12 +299,15 @@ def overall(by_policy: dict[str, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--probe", action="store_true", help="the arithmetic probe alone")
     parser.add_argument("--root", type=Path, default=ROOT / "runs" / "reproduce" / "mgs-measure")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "multidomain_measure.json")
     opts = parser.parse_args(argv)
     from lit_rlhf.models.loading import load_causal_lm, load_tokenizer
 
     s = settings(opts.smoke)
+    if opts.probe:
+        return probe(s, opts.out.with_name(opts.out.stem + "_probe.json"))
     out = opts.root / ("smoke" if opts.smoke else "cpu")
     data = pools(s, s["model"])
     tokenizer = load_tokenizer(s["model"])

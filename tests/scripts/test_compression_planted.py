@@ -63,3 +63,13 @@ def test_smoke_end_to_end_and_cached(tmp_path: Path) -> None:
     assert run["planted"]["margins"] != run["twin"]["margins"]
     again = cp.main(args)
     assert json.dumps(again["seeds"], sort_keys=True) == json.dumps(record["seeds"], sort_keys=True)
+
+
+def test_pilot_writes_each_step_counts_figures(tmp_path: Path) -> None:
+    args = ["--smoke", "--pilot", "1", "2", "--root", str(tmp_path / "runs"),
+            "--out", str(tmp_path / "p.json")]  # fmt: skip
+    record = cp.main(args)
+    saved = json.loads((tmp_path / "p_pilot.json").read_text())
+    assert saved["steps"] == record["steps"] and set(saved["steps"]) == {"1", "2"}
+    for figures in saved["steps"].values():
+        assert {"memory_gain", "val_ae_loss", "no_memory_loss", "margin_mean"} <= set(figures)

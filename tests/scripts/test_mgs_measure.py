@@ -169,3 +169,11 @@ def test_primary_and_verdict_rules() -> None:
     assert mm.overall(policies) == "reproduced"
     closed = {"passes": False}
     assert mm.overall({"base": {"gate": closed, "primary": got}}).startswith("not testable")
+
+
+def test_probe_writes_the_arithmetic_templates_figures(tmp_path: Path) -> None:
+    record = mm.main(["--smoke", "--probe", "--out", str(tmp_path / "m.json")])
+    saved = json.loads((tmp_path / "m_probe.json").read_text())
+    assert saved["arithmetic"] == record["arithmetic"]
+    assert saved["arithmetic"]["prompts"] == 24
+    assert 0.0 <= saved["arithmetic"]["live_share"] <= 1.0
