@@ -5,6 +5,7 @@
   decoder entropy, reconstruction fidelity, overwriting and drift probes).
 - :class:`ConsistencyAnswerReward`, :class:`CritiqueConsistencyReward`: ConsistRM's label-free
   rewards for a generative reward model (reward terms).
+- :class:`JudgmentRecords`: a judge's per-row validation and test judgments as JSON lines.
 - :class:`MetricsPlot`: PNG of logged metrics per step at the end of fit.
 - :class:`PeriodicCheckpoint`: ``last.ckpt`` and a checkpoint every N optimizer steps, as a
   resumable RL run needs them (the shipped configs use it).
@@ -26,6 +27,7 @@ from lit_rlhf.callbacks.compression import CompressionDiagnostics
 from lit_rlhf.callbacks.consistency import ConsistencyAnswerReward, CritiqueConsistencyReward
 from lit_rlhf.callbacks.exploration import EntropyBonus, ForkingTokens, KLCov, TrustRegionEntropy
 from lit_rlhf.callbacks.gradient_surgery import ModularGradientSurgery
+from lit_rlhf.callbacks.judgment_records import JudgmentRecords
 from lit_rlhf.callbacks.reward_plot import MetricsPlot
 from lit_rlhf.callbacks.trust_region_diagnostics import TrustRegionDiagnostics
 from lit_rlhf.training.protocols import (
@@ -48,6 +50,7 @@ __all__ = [
     "EntropyBonus",
     "ForkingTokens",
     "GradientHook",
+    "JudgmentRecords",
     "KLCov",
     "MetricsPlot",
     "ModularGradientSurgery",

@@ -267,22 +267,33 @@ class GenerativeRewardModule(LightningModule):
 
         return Renderer(render, bool(use_chat and getattr(self.tokenizer, "chat_template", None)))
 
-    def _evaluate(self, batch: dict[str, Any], metrics: JudgeMetrics) -> None:
+    def _evaluate(self, batch: dict[str, Any], metrics: JudgeMetrics) -> list[dict[str, Any]]:
+        """Judge the batch, update ``metrics``; per row the record a callback may keep
+        (``query_id``, ``family``, gold ``label``, ``verdict``, ``votes``, ``right``)."""
         rows = batch["row"]
         decisions = self.judge(batch)
+        labels = [gold_label(row, i) for i, row in enumerate(rows)]
+        families = [str(row.get("family_id", row["query_id"])) for row in rows]
         metrics.update(
             [d.votes for d in decisions],
-            [gold_label(row, i) for i, row in enumerate(rows)],
-            [str(row.get("family_id", row["query_id"])) for row in rows],
+            labels,
+            families,
             [str(row.get("subset") or "") for row in rows],
             verdicts=[d.verdict for d in decisions],
         )
+        return [
+            {"query_id": str(q), "family": f, "label": y, "verdict": d.verdict,
+             "votes": list(d.votes), "right": d.verdict == y}
+            for q, f, y, d in zip(batch["query_id"], families, labels, decisions, strict=True)
+        ]  # fmt: skip
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics)
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        """``{"judgments": [...]}``: per row of the batch its judgment (:meth:`_evaluate`), what
+        a callback's ``on_validation_batch_end`` receives as ``outputs``."""
+        return {"judgments": self._evaluate(batch, self.val_metrics)}
 
-    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics)
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        return {"judgments": self._evaluate(batch, self.test_metrics)}
 
     def on_train_epoch_end(self) -> None:
         if self.hp.mode == "reflectrm" and self.critiques_seen == 0:

@@ -29,6 +29,7 @@ from repro.judge_records import row_outputs
 from repro.runs import read_rows, write_fragment
 
 ANSWER = "lit_rlhf.callbacks.ConsistencyAnswerReward"
+RECORDS = "lit_rlhf.callbacks.JudgmentRecords"
 
 
 def _settings(**over: Any) -> dict[str, Any]:
@@ -70,8 +71,9 @@ class ConsistRM(Paper):
     arms = ("warm", "rft", "consistrm", "consistrm-nomem")
     primary = Primary("accuracy", "consistrm", "warm", +1)
     presets = PRESETS
-    # per-row outcomes on the fixed held-out rows when every arm and seed has them (so far the
-    # warm arm only: the trained arms' validation keeps no rows), else a bounded rate
+    # per-row outcomes on the fixed held-out rows when every arm and seed has them (the warm
+    # arm's from the pre-check, the trained arms' from their last validation's JudgmentRecords;
+    # runs cached before 2026-12-05 have none), else a bounded rate
     metric_kinds: ClassVar[dict[str, Kind]] = {
         "accuracy": judge_rows("rows"),
         "positional_consistency": bounded(0.0, 1.0),
@@ -166,7 +168,9 @@ class ConsistRM(Paper):
                     "rows": pre.get("warm_rows", []), "curves": curves}  # fmt: skip
         run_dir = ctx.run_dir(arm, seed)
         self._fit(ctx, arm, seed, run_dir, ctx.settings, validate=True)
-        return arm_figures(read_rows(run_dir / "metrics.csv"), start)
+        figures = arm_figures(read_rows(run_dir / "metrics.csv"), start)
+        figures["rows"] = last_judgments(run_dir / "judgments")
+        return figures
 
     def _fit(self, ctx: Context, arm: str, seed: int, run_dir: Path, settings: dict[str, Any],
              *, validate: bool) -> float:  # fmt: skip
@@ -183,7 +187,10 @@ class ConsistRM(Paper):
             train=self._pool_path(ctx, "unlabelled"), val=self._pool_path(ctx, "eval"),
             run_dir=run_dir, seed=seed, settings=settings, callbacks=callbacks,
         )  # fmt: skip
-        if not validate:
+        if validate:  # each validation's per-row judgments (the trained arms' row records)
+            config["trainer"]["callbacks"].append({"class_path": RECORDS, "init_args": {
+                "dirpath": str(run_dir / "judgments")}})  # fmt: skip
+        else:
             config["trainer"]["limit_val_batches"] = 0
         path = write_fragment(run_dir / "config.yaml", config)
         return jc.run_fit([path], in_process=settings["in_process"])
@@ -194,6 +201,18 @@ def _precheck_figures(ctx: Context) -> Figures:
 
     data: Figures = json.loads((ctx.out / "precheck.json").read_text())["figures"]
     return data
+
+
+def last_judgments(folder: Path) -> list[dict[str, Any]]:
+    """The last validation's per-row judgments (``JudgmentRecords``) as the row records the
+    intervals read (``id``, ``family``, ``label``, ``verdict``, ``votes``, ``right``)."""
+    import json
+
+    files = sorted(folder.glob("val_epoch*.jsonl"), key=lambda p: int(p.stem.split("epoch")[1]))
+    if not files:
+        return []
+    rows = [json.loads(line) for line in files[-1].read_text().splitlines() if line]
+    return [{"id": r.pop("query_id"), **r} for r in rows]
 
 
 def arm_figures(rows: list[dict[str, str]], start: tuple[list, list]) -> Figures:
