@@ -21,6 +21,7 @@ from lit_rlhf.data.prompt_batches import collate_prompts
 from lit_rlhf.models.forward import forward_response
 from lit_rlhf.types import Rollout
 
+_CHUNK = 1 << 22  # gradient entries per float32 block of the Gram products
 # figure -> (granularity, ConflictSummary field)
 FIGURES = {
     "module_conflict": ("module", "conflict_fraction"),
@@ -85,9 +86,12 @@ def group_grams(
     index, start = torch.tensor(live, dtype=torch.long), 0
     for m, names in enumerate(modules.values()):
         width = sum(params[n].numel() for n in names)
+        gram = torch.zeros(len(live), len(live), dtype=torch.float64)
+        for lo in range(start, start + width, _CHUNK):  # float32 copies of a bounded size
+            block = flat[:, lo : min(lo + _CHUNK, start + width)].float()
+            gram += (block @ block.T).double()
         if live:
-            block = flat[:, start : start + width].float()
-            grams[m][index[:, None], index[None, :]] = (block @ block.T).double()
+            grams[m][index[:, None], index[None, :]] = gram
         start += width
     return grams, live
 
