@@ -328,7 +328,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             print(f"{name} batch {b}: {f['seconds']} s, live {f['live']}", flush=True)
             batches.append(f)
-        by_policy[name] = {"gate": gate, "batches": batches, "primary": primary(batches),
+        closed = {"verdict": f"not measured: the gate fails on {gate['short']}"}
+        by_policy[name] = {"gate": gate, "batches": batches,
+                           "primary": primary(batches) if gate["passes"] else closed,
                            "secondary": secondary(batches)}  # fmt: skip
     record = {"settings": s, "commit": git_commit(), "policies": by_policy,
               "verdict": overall(by_policy)}  # fmt: skip

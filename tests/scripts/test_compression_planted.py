@@ -73,3 +73,11 @@ def test_pilot_writes_each_step_counts_figures(tmp_path: Path) -> None:
     assert saved["steps"] == record["steps"] and set(saved["steps"]) == {"1", "2"}
     for figures in saved["steps"].values():
         assert {"memory_gain", "val_ae_loss", "no_memory_loss", "margin_mean"} <= set(figures)
+
+
+def test_fewer_seeds_than_registered_give_no_verdict(tmp_path: Path) -> None:
+    args = ["--smoke", "--seeds", "1", "--root", str(tmp_path / "runs"),
+            "--out", str(tmp_path / "p.json")]  # fmt: skip
+    record = cp.main(args)
+    assert set(record["seeds"]) == {"1"}
+    assert record["primary"]["verdict"] == "none yet: seeds [0] of [0] not run"

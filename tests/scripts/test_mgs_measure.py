@@ -169,6 +169,9 @@ def test_primary_and_verdict_rules() -> None:
     assert mm.overall(policies) == "reproduced"
     closed = {"passes": False}
     assert mm.overall({"base": {"gate": closed, "primary": got}}).startswith("not testable")
+    # one policy closed by its gate: the overall verdict needs both
+    assert mm.overall({"base": {"gate": closed, "primary": got},
+                       "trained": {"gate": gate, "primary": got}}) == "not shown"  # fmt: skip
 
 
 def test_probe_writes_the_arithmetic_templates_figures(tmp_path: Path) -> None:
