@@ -94,8 +94,6 @@ def enter_sandbox(scratch: str, limits: SandboxLimits) -> None:
                 break
         _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     os.chdir(scratch)  # Popen chdirs before this hook: enter the bind mount, not the folder below
-    # Pid 1 ignores SIGXCPU: in a PID namespace the CPU limit acts through the hard limit.
-    _set_rlimits(limits, cpu_grace_s=0 if new_pid_ns else 1)
     if new_pid_ns:
         child = os.fork()  # the child is pid 1 of the new namespace and goes on to exec
         if child != 0:
@@ -106,7 +104,12 @@ def enter_sandbox(scratch: str, limits: SandboxLimits) -> None:
         flags = _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
         _LIBC.mount(b"proc", b"/proc", b"proc", flags, None)
     if _LIBC is not None and _SECCOMP is not None:
-        sandbox_seccomp.install(_LIBC, _SECCOMP)  # last: it refuses mount and fork
+        sandbox_seccomp.install(_LIBC, _SECCOMP)  # it refuses mount and fork
+    # Last, and only in the process that execs: this is still a forked copy of the trainer, whose
+    # address space is far above the limit, so any allocation after RLIMIT_AS fails (a
+    # MemoryError here, or in the reaper above, failed the sandbox in a large trainer process).
+    # Pid 1 ignores SIGXCPU: in a PID namespace the CPU limit acts through the hard limit.
+    _set_rlimits(limits, cpu_grace_s=0 if new_pid_ns else 1)
 
 
 def _enter_namespaces(libc: ctypes.CDLL, scratch: str) -> bool:
@@ -185,10 +188,11 @@ def _readonly_except(libc: ctypes.CDLL, scratch: str) -> None:
 
 def _set_rlimits(limits: SandboxLimits, cpu_grace_s: int) -> None:
     for which, value in (
-        (resource.RLIMIT_AS, limits.memory_bytes),
         (resource.RLIMIT_FSIZE, limits.file_bytes),
         (resource.RLIMIT_NOFILE, limits.open_files),
         (resource.RLIMIT_CORE, 0),
     ):
         resource.setrlimit(which, (value, value))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + cpu_grace_s))
+    memory = (limits.memory_bytes, limits.memory_bytes)  # built before the limit holds
+    resource.setrlimit(resource.RLIMIT_AS, memory)  # the last allocation-free step before exec
