@@ -146,13 +146,18 @@ def test_a_wider_compressor_is_projected_to_the_decoder_width(tmp_path: Path) ->
     assert memory.shape == (4, 4, module.decoder.config.hidden_size)
 
 
-def test_the_autoencoding_loss_is_the_token_mean_over_context_and_eos() -> None:
+def _autoencoding_batch() -> tuple[PromptDataModule, CompressorDecoderModule, dict, dict]:
+    """A fresh autoencoding-only module, its first training batch and that batch's losses."""
     data = _data()
     data.setup("fit")
     module = _module(data, lm_weight=0.0)
     module.configure_model()
     batch = next(iter(data.train_dataloader()))
-    out = module.losses(batch)
+    return data, module, batch, module.losses(batch)
+
+
+def test_the_autoencoding_loss_is_the_token_mean_over_context_and_eos() -> None:
+    data, _, _, out = _autoencoding_batch()
     # every context has 16 tokens, plus the EOS the reconstruction ends with
     assert int(out["ae_count"]) == 4 * (16 + 1)
     logits, ids, mask = out["ae_logits"], out["ae_ids"], out["ae_mask"]
@@ -162,12 +167,7 @@ def test_the_autoencoding_loss_is_the_token_mean_over_context_and_eos() -> None:
 
 
 def test_target_log_probs_score_texts_from_the_memory_as_the_autoencoding_loss_does() -> None:
-    data = _data()
-    data.setup("fit")
-    module = _module(data, lm_weight=0.0)
-    module.configure_model()
-    batch = next(iter(data.train_dataloader()))
-    out = module.losses(batch)
+    data, module, batch, out = _autoencoding_batch()
     tok = data.tokenizer
     rows = [ids[m] for ids, m in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
     contexts = [tok.decode(ids) for ids in rows]
