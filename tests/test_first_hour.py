@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -149,30 +148,43 @@ def test_dpo_on_trl_preference_rows_without_a_schema(tmp_path):
     assert len([r for r in _rows(metrics) if r.get("train/loss")]) == 2
 
 
+KILLED = """
+import os, signal
+from pathlib import Path
+
+from lit_rlhf.modules import PPOModule
+
+
+class KilledOnce(PPOModule):
+    \"\"\"PPO that kill -9s its own process once, right after step 4's checkpoint is written and
+    before Lightning logs that batch's metrics row (module hooks run after the callbacks').\"\"\"
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        flag = Path("kill_once")
+        if self.trainer.global_step == 4 and flag.exists():
+            flag.unlink()
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
 def test_kill_9_and_resume_from_last_ckpt_into_the_same_log_folder(tmp_path):
     folder = _user_folder(tmp_path)
-    args = ["fit", "--config", str(COUNTDOWN), "--trainer.limit_train_batches=8"]
-    proc = subprocess.Popen(
-        [str(SCRIPT), *args], cwd=folder, env=_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    (folder / "my_ppo.py").write_text(KILLED)
+    (folder / "kill_once").touch()
+    args = ["fit", "--config", str(COUNTDOWN), "--trainer.limit_train_batches=8",
+            "--model.class_path=my_ppo.KilledOnce"]  # fmt: skip
+    killed = _lit_rlhf(folder, *args)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     last = folder / RUN / "checkpoints" / "last.ckpt"
-    deadline = time.monotonic() + 300
-    try:  # the shipped config saves every 2 steps: kill once step 4's checkpoint is in
-        while not (folder / RUN / "checkpoints" / "step=4.ckpt").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "no step-4 checkpoint"
-            time.sleep(0.1)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    saved = torch.load(last, weights_only=True, map_location="cpu")["global_step"]
-    assert 4 <= saved < 8
+    assert torch.load(last, weights_only=True, map_location="cpu")["global_step"] == 4
+    before = [int(r["step"]) for r in _rows(folder / RUN / "metrics.csv") if r.get("reward/mean")]
+    assert before == [0, 1, 2]  # batch 3's row was never written: the kill came first
 
     run = _lit_rlhf(folder, *args, f"--ckpt_path={last}")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert [p.name for p in (folder / "runs" / "countdown_tiny").iterdir()] == ["version_0"]
     steps = [int(r["step"]) for r in _rows(folder / RUN / "metrics.csv") if r.get("reward/mean")]
-    assert steps == list(range(8))  # each training step once, in order
+    assert steps == list(range(8))  # each training step once, in order: row 3 from the checkpoint
     assert torch.load(last, weights_only=True, map_location="cpu")["global_step"] == 8
 
 

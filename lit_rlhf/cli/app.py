@@ -65,7 +65,7 @@ from lightning.pytorch.cli import LightningCLI
 
 import lit_rlhf.cli.checkpoints as ckpt
 from lit_rlhf.cli.errors import LitRLHFParser, refuse_abbreviations, root_cause
-from lit_rlhf.cli.log_folder import continue_log_folders, logged_batches
+from lit_rlhf.cli.log_folder import continue_log_folders, logged_batches, unlogged_row
 from lit_rlhf.cli.quiet import quiet_third_party
 from lit_rlhf.errors import config_refusal
 
@@ -148,7 +148,8 @@ class LitRLHFCLI(LightningCLI):
         (:mod:`lit_rlhf.cli.log_folder`)."""
         path = self.config[self.subcommand].get("ckpt_path")
         if path is not None:
-            continue_log_folders(self.trainer, str(path), getattr(self, "_logged_batches", None))
+            logged, row = getattr(self, "_logged_batches", None), getattr(self, "_unlogged", None)
+            continue_log_folders(self.trainer, str(path), logged, row)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         from lit_rlhf.training.faults import CheckpointOnInterrupt
@@ -180,6 +181,7 @@ class LitRLHFCLI(LightningCLI):
             return
         checkpoint = ckpt.read_checkpoint(str(path))
         self._logged_batches = logged_batches(checkpoint)
+        self._unlogged = unlogged_row(checkpoint)
         hparams = dict(checkpoint.get("hyper_parameters") or {})
         del checkpoint
         hparams.pop("_instantiator", None)

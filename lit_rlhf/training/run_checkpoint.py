@@ -12,6 +12,11 @@ lit-rlhf module optimises manually):
   and at the end only if it never wrote one, so a run whose length is not a multiple of N ends
   with a stale ``last.ckpt``. Here the end of ``fit`` refreshes it (a batch boundary: the resumed
   run continues with the next batch).
+- **The batch's metrics row travels with it.** Lightning logs a batch's metrics after its
+  ``on_train_batch_end`` hooks, where checkpoints are saved, so a kill in between left a
+  checkpoint past a row that never reached ``metrics.csv``. Each checkpoint saved at a batch's
+  end carries that row (``checkpoint["unlogged_metrics_row"]``), and lit-rlhf's CLI writes it back
+  when it resumes into the run's folder (:mod:`lit_rlhf.cli.log_folder`).
 - **No warning about pre-optimisation state.** Lightning warns under manual optimisation that the
   checkpoint holds the weights after the optimizer step; lit-rlhf wants exactly that (the saved
   loop position is the next batch), so the warning is not raised.
@@ -25,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning import LightningModule, Trainer
+from lightning.fabric.utilities.apply_func import convert_tensors_to_scalars
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
@@ -99,10 +105,43 @@ class PeriodicCheckpoint(ModelCheckpoint):
         if not self._should_skip_saving_checkpoint(trainer):  # skips a step saved already
             self._save_both(trainer)  # "link" needs a checkpoint of this step to point at
 
+    @override
+    def on_save_checkpoint(
+        self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        row = batch_end_row(trainer)
+        if row is not None:
+            checkpoint[UNLOGGED_ROW] = row
+
     def _save_both(self, trainer: Trainer) -> None:
         candidates = self._monitor_candidates(trainer)
         self._save_topk_checkpoint(trainer, candidates)
         self._save_last_checkpoint(trainer, candidates)
+
+
+UNLOGGED_ROW = "unlogged_metrics_row"
+
+
+def batch_end_row(trainer: Trainer) -> dict[str, Any] | None:
+    """The ``metrics.csv`` row Lightning will log for the batch whose ``on_train_batch_end`` is
+    running (None outside that window, or when this batch is not logged): the loggers receive
+    it only after the hooks, so a checkpoint saved in them is written before its row."""
+    loop = trainer.fit_loop.epoch_loop
+    total = loop.batch_progress.total  # a _BatchProgress: counts processed batches too
+    if not trainer.training or total.completed != getattr(total, "processed", 0) - 1:
+        return None  # not inside a training batch's end hooks
+    connector = trainer._logger_connector
+    if trainer._results is None or not (
+        connector.should_update_logs or getattr(trainer, "fast_dev_run", False)
+    ):
+        return None
+    row: dict[str, Any] = convert_tensors_to_scalars(dict(connector.metrics["log"]))
+    if not row:
+        return None
+    if "step" not in row:  # as Lightning's logger connector fills the row
+        row.setdefault("epoch", trainer.current_epoch)
+        row["step"] = loop._batches_that_stepped
+    return row
 
 
 def without_periodic(callbacks: Any) -> Any:

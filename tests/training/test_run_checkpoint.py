@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 
 from lit_rlhf.callbacks import PeriodicCheckpoint
 from lit_rlhf.cli.app import LitRLHFTrainer
-from lit_rlhf.cli.log_folder import continue_log_folders, logged_batches
-from lit_rlhf.training.run_checkpoint import without_periodic
+from lit_rlhf.cli.log_folder import continue_log_folders, logged_batches, unlogged_row
+from lit_rlhf.training.run_checkpoint import UNLOGGED_ROW, without_periodic
 
 
 class ThreeStepsPerBatch(LightningModule):
@@ -44,10 +44,11 @@ class ThreeStepsPerBatch(LightningModule):
         return DataLoader(torch.randn(5, 2), batch_size=1)
 
 
-def _fit(callback: ModelCheckpoint, root: Path, batches: int = 4) -> list[str]:
+def _fit(callback: ModelCheckpoint, root: Path, batches: int = 4, logger=False) -> list[str]:
     trainer = Trainer(
-        default_root_dir=root, max_epochs=1, limit_train_batches=batches, logger=False,
+        default_root_dir=root, max_epochs=1, limit_train_batches=batches, logger=logger,
         callbacks=[callback], enable_progress_bar=False, enable_model_summary=False,
+        log_every_n_steps=1,
     )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # Lightning's manual-optimisation warning
@@ -62,6 +63,23 @@ def test_a_batch_that_crosses_the_interval_saves_and_last_holds_the_end(tmp_path
     assert names == ["last.ckpt", "step=12.ckpt", "step=15.ckpt", "step=6.ckpt", "step=9.ckpt"]
     last = torch.load(tmp_path / "p" / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 15  # the end of fit, not the last multiple
+
+
+def test_each_batch_end_checkpoint_carries_the_row_lightning_logs_after_it(tmp_path):
+    logger = CSVLogger(tmp_path, name="run", version=0)
+    callback = PeriodicCheckpoint(every_n_train_steps=4, dirpath=tmp_path / "checkpoints")
+    _fit(callback, tmp_path, batches=5, logger=logger)
+    logged = {
+        r["step"]: r
+        for r in csv.DictReader((tmp_path / "run" / "version_0" / "metrics.csv").open())
+    }
+    folder = tmp_path / "checkpoints"
+    for name, step in (("step=6.ckpt", 1), ("step=9.ckpt", 2), ("step=12.ckpt", 3)):
+        row = unlogged_row(torch.load(folder / name, weights_only=True))
+        assert row is not None and row["step"] == step and row["epoch"] == 0
+        assert row["loss"] == pytest.approx(float(logged[str(step)]["loss"]))  # the same row
+    end = torch.load(folder / "last.ckpt", weights_only=True)  # saved after fit: nothing pending
+    assert end["global_step"] == 15 and UNLOGGED_ROW not in end
 
 
 def test_lightnings_own_checkpoint_misses_the_steps_it_jumps_over(tmp_path):
@@ -145,6 +163,40 @@ def test_the_resumed_csv_keeps_the_rows_before_the_checkpoint(tmp_path):
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert [r["step"] for r in rows] == ["0", "1", "2", "3", "4"] and rows[-1]["loss"] == "9.0"
     assert (run / "metrics.csv.before-resume").is_file()  # the dropped rows are kept aside
+
+
+def _write_rows(path: Path, fields: list[str], rows: list[dict]) -> None:
+    with path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_the_resumed_csv_gets_back_the_row_a_kill_after_the_save_lost(tmp_path):
+    run = tmp_path / "runs" / "demo" / "version_0"
+    (run / "checkpoints").mkdir(parents=True)
+    rows = [{"loss": str(0.1 * s), "step": str(s)} for s in range(3)]  # killed before row 3
+    _write_rows(run / "metrics.csv", ["loss", "step"], [*rows, {"step": "3"}])  # no loss: other
+    row = {"loss": 0.3, "reward/mean": 0.5, "epoch": 0, "step": 3}
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    logger = CSVLogger(tmp_path / "runs", name="demo")
+    assert continue_log_folders(_Trainer(logger), ckpt, 4, row) == [str(run)]
+    logger.log_metrics({"loss": 9.0}, step=4)
+    logger.save()
+    back = list(csv.DictReader((run / "metrics.csv").open()))
+    assert [(r["step"], r["loss"]) for r in back] == [
+        ("0", "0.0"),
+        ("1", "0.1"),
+        ("2", "0.2"),
+        ("3", ""),
+        ("3", "0.3"),
+        ("4", "9.0"),
+    ]
+    assert back[4]["reward/mean"] == "0.5"  # a column the file did not have yet
+    again = CSVLogger(tmp_path / "runs", name="demo")  # resumed once more from the same step
+    continue_log_folders(_Trainer(again), ckpt, 4, row)
+    steps = [r["step"] for r in csv.DictReader((run / "metrics.csv").open())]
+    assert steps == ["0", "1", "2", "3", "3"]  # the row is not written twice
 
 
 def test_a_checkpoint_outside_the_loggers_runs_or_a_set_version_is_left_alone(tmp_path):
