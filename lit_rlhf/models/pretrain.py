@@ -28,6 +28,7 @@ def pretrain_on_texts(
     lr: float = 3e-3,
     copy_fraction: float = 0.0,
     seed: int = 0,
+    device: str = "cpu",
 ) -> Path:
     """Train ``model`` (hub id, folder or ``builtin:``) on random ``seq_len``-token windows of
     the tokenized ``texts`` (each ending with EOS) with AdamW for ``steps`` steps; save model and
@@ -35,7 +36,8 @@ def pretrain_on_texts(
 
     ``copy_fraction`` of the rows are a half-length window written twice: the model learns to
     copy what it has seen (induction), which a decoder reading a compressed context relies on
-    and which a large pretrained LM has but a small one trained briefly does not."""
+    and which a large pretrained LM has but a small one trained briefly does not. ``device``:
+    where to train (``"cuda"``: bf16 autocast); the saved weights are float32 either way."""
     if steps < 1 or seq_len < 4 or batch_size < 1 or not lr > 0 or not 0 <= copy_fraction <= 1:
         raise ValueError(
             f"need steps >= 1, seq_len >= 4, batch_size >= 1, lr > 0, 0 <= copy_fraction <= 1; "
@@ -51,18 +53,22 @@ def pretrain_on_texts(
             "Fix: give more text or lower seq_len."
         )
     torch.manual_seed(seed)
-    network = AutoModelForCausalLM.from_pretrained(resolve(model), dtype=torch.float32).train()
+    network = AutoModelForCausalLM.from_pretrained(resolve(model), dtype=torch.float32)
+    torch.nn.Module.to(network, torch.device(device)).train()  # transformers types .to oddly
     optimizer = torch.optim.AdamW(network.parameters(), lr=lr)
     tokens, rng = torch.tensor(stream), random.Random(seed)
+    autocast = torch.autocast("cuda", torch.bfloat16, enabled=device.startswith("cuda"))
     for _ in range(steps):
-        batch = torch.stack([_row(tokens, seq_len, rng, copy_fraction) for _ in range(batch_size)])
-        loss = network(input_ids=batch, labels=batch).loss
+        rows = [_row(tokens, seq_len, rng, copy_fraction) for _ in range(batch_size)]
+        batch = torch.stack(rows).to(device)
+        with autocast:
+            loss = network(input_ids=batch, labels=batch).loss
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
         optimizer.step()
     out = Path(out_dir)
-    network.save_pretrained(out)
+    network.cpu().save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 

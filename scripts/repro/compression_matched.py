@@ -80,6 +80,7 @@ def _trainable(module: Any) -> dict[str, Any]:
 def _run(s: dict[str, Any], lm: Path, train: Path, val: Path) -> dict[str, Any]:
     run = cpu_run({**s, "compressor": str(lm)}, 0, train, val)
     run["model"].update(compressor_layers=None, reconstruct_on_validation=False)
+    run["trainer"]["accelerator"] = s.get("accelerator", "cpu")  # the GPU window: "cuda"
     return run
 
 

@@ -128,14 +128,16 @@ def compare(diffs: np.ndarray) -> dict[str, Any]:
     per_seed = [float(d.mean()) for d in diffs]
     t_int = Interval.of(per_seed)
     low, high = two_way_bootstrap(diffs)
-    above = low > 0 and t_int.low > 0
-    below = high < 0 and t_int.high < 0
+    above = low > 0 and t_int.excludes_zero() and t_int.low > 0  # one seed: never
+    below = high < 0 and t_int.excludes_zero() and t_int.high < 0
     return {"mean": float(diffs.mean()), "per_seed": per_seed, "t_95": [t_int.low, t_int.high],
             "bootstrap_95": [low, high],
             "reads": "shown" if above else "opposite" if below else "not shown"}  # fmt: skip
 
 
-def verdict(seeds: dict[str, dict[str, Any]], sizes: list[str]) -> dict[str, Any]:
+def verdict(
+    seeds: dict[str, dict[str, Any]], sizes: list[str], scale: str = "CPU scale"
+) -> dict[str, Any]:
     """The gates (every size carries on the development facts at its final step; a matched pair
     of the smallest and largest, equal within 0.2 on the evaluation facts), then the primary:
     largest - smallest overwrite margin per fact at the matched pair."""
@@ -158,7 +160,7 @@ def verdict(seeds: dict[str, dict[str, Any]], sizes: list[str]) -> dict[str, Any
     if all(g is not None for g in gains.values()):
         out.update(compare(diffs("matched")))
     reads = out.get("reads", "no matched pair")
-    out["verdict"] = reads if passes else f"not testable at CPU scale (read: {reads})"
+    out["verdict"] = reads if passes else f"not testable at {scale} (read: {reads})"
     return out
 
 
