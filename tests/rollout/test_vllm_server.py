@@ -137,9 +137,10 @@ def test_a_request_in_flight_across_a_push_finishes_with_tokens_of_two_versions(
     engine.start(policy)
     client = ServerClient(server.url, 30)
     # a 1000-token request takes about half a second here: it is sent to a paused server, let
-    # run for 50 ms, frozen (pause, mode=keep) and the push lands then; a request that had not
-    # reached the server or had finished by then (a very slow thread here) is tried again
-    for _ in range(3):
+    # run for a moment, frozen (pause, mode=keep) and the push lands then. How far it gets in
+    # that moment depends on the machine's load (CI once saw three tries all finish first), so a
+    # request that had not started or had finished by then is tried again with another moment
+    for moment in (0.05, 0.01, 0.0, 0.1, 0.02, 0.2):
         with ThreadPoolExecutor(1) as pool:
             client.pause("keep")
             request = pool.submit(
@@ -147,7 +148,7 @@ def test_a_request_in_flight_across_a_push_finishes_with_tokens_of_two_versions(
             )
             time.sleep(0.3)  # the request reaches the server and waits
             client.resume()
-            time.sleep(0.05)
+            time.sleep(moment)
             client.pause("keep")
             nudge(policy, version + 1)
             engine.weight_version = version + 1
