@@ -107,8 +107,11 @@ def _keep_rows_before(folder: Path, logged: int | None, row: dict[str, Any] | No
         os.replace(path, folder / f"{_METRICS}.before-resume")
     elif path.is_file():
         path.unlink()
-    wanted = row is not None and (logged is None or not _after(str(row["step"]), logged))
-    if row is not None and wanted and not any(_same_row(r, row) for r in kept):
+    if (
+        row is not None
+        and (logged is None or not _after(str(row["step"]), logged))
+        and not any(_same_row(r, row) for r in kept)
+    ):
         kept.append(row)  # the checkpoint's batch, logged after the save by a killed run
         header = sorted({*header, *row})  # Lightning's writer keeps its columns sorted
     if kept:

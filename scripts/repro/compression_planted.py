@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import math
 import random
@@ -137,22 +138,31 @@ def plant(s: dict[str, Any], twin: str, seed: int, out: Path) -> Path:
     return folder
 
 
-def cut_model(s: dict[str, Any], out: Path) -> Path:
-    """The compressor LM cut to ``layers`` layers, saved once as a folder with its tokenizer."""
+def cut_model(s: dict[str, Any], out: Path, layers: int | None = None, name: str = "cut") -> Path:
+    """The compressor LM cut to ``layers`` layers (default ``s["layers"]``), saved once as the
+    folder ``out / name`` with its tokenizer."""
     from lit_rlhf.models.loading import load_causal_lm, load_tokenizer
 
-    cut = out / "cut"
+    cut = out / name
     if not (cut / "config.json").exists():
-        load_causal_lm(s["compressor"], num_layers=s["layers"]).save_pretrained(cut)
+        num_layers = s["layers"] if layers is None else layers
+        load_causal_lm(s["compressor"], num_layers=num_layers).save_pretrained(cut)
         load_tokenizer(s["compressor"]).save_pretrained(cut)
     return cut
 
 
 def lm_margins(folder: Path, items: list[dict[str, Any]]) -> list[float]:
-    """The plain LM's log p(prior) - log p(fact) after each item's stem."""
+    """The plain LM's log p(prior) - log p(fact) after each item's stem (cached in the LM's
+    folder per item set: every snapshot of a compressor shares its LM's prior)."""
     from lit_rlhf.models.loading import load_causal_lm, load_tokenizer
 
-    return prior_margins(load_causal_lm(str(folder)).eval(), load_tokenizer(str(folder)), items)
+    key = hashlib.sha256(json.dumps([i["sentence"] for i in items]).encode()).hexdigest()[:16]
+    path = folder / f"lm_margins-{key}.json"
+    if path.exists():
+        return list(json.loads(path.read_text()))
+    margins = prior_margins(load_causal_lm(str(folder)).eval(), load_tokenizer(str(folder)), items)
+    path.write_text(json.dumps(margins) + "\n")
+    return margins
 
 
 def memory_margins(module: Any, items: list[dict[str, Any]]) -> list[float]:

@@ -39,7 +39,7 @@ from repro.compression_matched import (  # noqa: E402
     read_snapshot,
     train_curve,
 )
-from repro.compression_planted import EVAL_SEED, TRAIN_SEED, fact_items  # noqa: E402
+from repro.compression_planted import EVAL_SEED, TRAIN_SEED, cut_model, fact_items  # noqa: E402
 from repro.intervals import Interval  # noqa: E402
 
 SIZES = {"small": 4, "mid": 10, "large": 30}
@@ -61,13 +61,7 @@ def size_settings(smoke: bool) -> dict[str, Any]:
 
 def cut(s: dict[str, Any], layers: int, out: Path) -> Path:
     """SmolLM2 cut to ``layers`` layers, saved once as a folder with its tokenizer."""
-    from lit_rlhf.models.loading import load_causal_lm, load_tokenizer
-
-    folder = out / f"cut{layers}"
-    if not (folder / "config.json").exists():
-        load_causal_lm(s["compressor"], num_layers=layers).save_pretrained(folder)
-        load_tokenizer(s["compressor"]).save_pretrained(folder)
-    return folder
+    return cut_model(s, out, layers, f"cut{layers}")
 
 
 Items = list[dict[str, Any]]
