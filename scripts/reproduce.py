@@ -56,7 +56,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("paper", choices=list(PAPERS))
     scale = parser.add_mutually_exclusive_group()
-    scale.add_argument("--preset", choices=["cpu", "gpu"], default="cpu")
+    scale.add_argument("--preset", default="cpu", help="cpu (default), gpu, or a paper's own")
     scale.add_argument("--smoke", action="store_true", help="tiny models, seconds per run")
     parser.add_argument("--seeds", type=int, nargs="+", help="default: the preset's")
     parser.add_argument("--arms", nargs="+", help="default: every arm of the paper")
@@ -88,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object] | None:
     opts = parse_args(argv)
     paper = load_paper(opts.paper)
     _check_choices("reproduce.py", paper, opts)
+    if opts.preset not in paper.presets or (opts.preset == "smoke" and not opts.smoke):
+        named = sorted(set(paper.presets) - {"smoke"})
+        raise SystemExit(f"reproduce.py: {paper.name} has no preset {opts.preset!r}; choose "
+                         f"one of {named} (or --smoke)")  # fmt: skip
     preset = paper.presets[opts.preset]
     if opts.print_settings:
         print(json.dumps({"preset": preset.name, "seeds": preset.seeds, **preset.settings},

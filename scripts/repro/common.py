@@ -326,9 +326,11 @@ def git_commit() -> str:
     return done.stdout.strip()
 
 
-def docs_json(paper: Paper, docs: Path) -> Path:
-    """Where a preset's ``results.json`` is copied: ``<docs>/<page stem>_<paper>.json``."""
-    return docs / f"{Path(paper.doc).stem}_{paper.name}.json"
+def docs_json(paper: Paper, docs: Path, preset: str = "cpu") -> Path:
+    """Where a preset's ``results.json`` is copied: ``<docs>/<page stem>_<paper>.json`` for the
+    cpu and gpu presets, ``<docs>/<page stem>_<paper>_<preset>.json`` for a paper's others."""
+    tail = "" if preset in ("cpu", "gpu") else "_" + preset.replace("-", "_")
+    return docs / f"{Path(paper.doc).stem}_{paper.name}{tail}.json"
 
 
 def write_outputs(
@@ -358,7 +360,7 @@ def write_outputs(
     _write_json(ctx.out / "results.json", everything)
     if docs is not None:
         docs.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ctx.out / "results.json", docs_json(paper, docs))
+        shutil.copyfile(ctx.out / "results.json", docs_json(paper, docs, ctx.preset.name))
     if runs:
         paper.plot(runs, ctx.out / f"{paper.name}.png")
     return summary

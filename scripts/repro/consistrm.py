@@ -55,6 +55,13 @@ GPU_SETTINGS = {
 
 PRESETS: dict[str, Preset] = {
     "cpu": Preset("cpu", (0, 1, 2), 120, _settings()),
+    # a warm judge whose mistakes vary between samples (repro.judge_varied; rule registered in
+    # docs/grm.md before its first run): one-digit operands, one lazy first-position judgment
+    # in three, the checked ones in four wordings; GRPO at 5x the cpu preset's lr (that
+    # preset's 48 steps at 2e-6 moved greedy accuracy by 0.01); the registered gate below
+    "cpu-varied": Preset("cpu-varied", (0, 1, 2), 180, _settings(
+        max_value=9, judge_style="varied", lazy_copies=2, reflection_every=0, sft_steps=144,
+        lr=1e-5, gate={"majority_over_greedy": 0.05, "pseudo_over_sample": 0.05})),
     "gpu": Preset("gpu", (0, 1, 2), 60 * 24 * 3, GPU_SETTINGS),
     "smoke": Preset("smoke", (0, 1), 1, _settings(
         model="builtin:tiny-llama", sft_config="configs/sft/tiny.yaml", in_process=True,
@@ -104,13 +111,13 @@ class ConsistRM(Paper):
             [j.votes for j in pool], [by_query[j.query_id] for j in pool],
             [j.label for j in pool]))  # fmt: skip
         figures.update(self._step_time(ctx), sft_seconds=sft_seconds)
-        go = figures["pool_majority_accuracy"] > figures["pool_greedy_accuracy"]
-        figures["go"] = go
+        figures["go"] = gate_passes(figures, s.get("gate"))
         figures["reason"] = (
             f"on the unlabelled pool majority-of-{s['samples']} "
             f"{figures['pool_majority_accuracy']:.3f} vs greedy "
             f"{figures['pool_greedy_accuracy']:.3f}, seeded pseudo-labels "
-            f"{figures['pseudo_label_accuracy']:.3f}; estimated preset "
+            f"{figures['pseudo_label_accuracy']:.3f} vs a random sample "
+            f"{figures['pool_random_sample_accuracy']:.3f}; estimated preset "
             f"{figures['estimated_preset_minutes']:.0f} min"
         )
         return figures
@@ -194,6 +201,19 @@ class ConsistRM(Paper):
             config["trainer"]["limit_val_batches"] = 0
         path = write_fragment(run_dir / "config.yaml", config)
         return jc.run_fit([path], in_process=settings["in_process"])
+
+
+def gate_passes(figures: Figures, gate: dict[str, float] | None) -> bool:
+    """The pre-check's go. Without a registered ``gate`` (the cpu preset): the majority beats
+    greedy on the unlabelled pool. With one (cpu-varied): the majority beats greedy by at least
+    ``majority_over_greedy`` AND the seeded pseudo-labels beat a random sample by at least
+    ``pseudo_over_sample`` (docs/grm.md)."""
+    majority, greedy = figures["pool_majority_accuracy"], figures["pool_greedy_accuracy"]
+    if gate is None:
+        return bool(majority > greedy)
+    pseudo, sample = figures["pseudo_label_accuracy"], figures["pool_random_sample_accuracy"]
+    return bool(majority - greedy >= gate["majority_over_greedy"] - 1e-9
+                and pseudo - sample >= gate["pseudo_over_sample"] - 1e-9)  # fmt: skip
 
 
 def _precheck_figures(ctx: Context) -> Figures:

@@ -174,6 +174,19 @@ def warm_start_rows(
     return rows
 
 
+def warm_rows(pairs: Sequence[ArithPair], settings: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The warm start's SFT rows for ``settings["judge_style"]``: ``checked`` (default: one
+    target per row, :func:`warm_start_rows`) or ``varied`` (:mod:`repro.judge_varied`)."""
+    style = settings.get("judge_style", "checked")
+    if style == "varied":
+        from repro.judge_varied import varied_rows
+
+        return varied_rows(pairs, lazy_copies=settings["lazy_copies"], seed=0)
+    if style != "checked":
+        raise ValueError(f"judge_style {style!r} is not one of 'checked', 'varied'")
+    return warm_start_rows(pairs, reflection_every=settings["reflection_every"], seed=0)
+
+
 def write_jsonl(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(dict(r)) + "\n" for r in rows))
@@ -264,7 +277,13 @@ def warm_dir(out: Path, settings: Mapping[str, Any]) -> Path:
 
     probe = ArithPair("format", 17, "+", 25, 44, right_first=True)
     fmt = judgment(probe) + reflection_row(probe, random.Random(0))["response"]
-    key = json.dumps({**{k: settings[k] for k in WARM_KEYS}, "format": fmt}, sort_keys=True)
+    keyed = {k: settings[k] for k in WARM_KEYS}
+    if settings.get("judge_style", "checked") != "checked":  # the cpu preset's key unchanged
+        from repro.judge_varied import format_probe
+
+        fmt += format_probe(probe)
+        keyed.update(judge_style=settings["judge_style"], lazy_copies=settings["lazy_copies"])
+    key = json.dumps({**keyed, "format": fmt}, sort_keys=True)
     return out.parent.parent / "judge-warm" / hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
@@ -301,7 +320,7 @@ def warm_start(
 
     from repro.runs import write_fragment
 
-    rows = warm_start_rows(pairs, reflection_every=settings["reflection_every"], seed=0)
+    rows = warm_rows(pairs, settings)
     # the smoke's random tiny model writes no judgment at all: only the presets need the check
     longest = check_new_tokens(rows, settings) if settings["full_judgments"] else 0
     root = warm_dir(out, settings)
