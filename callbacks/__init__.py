@@ -9,6 +9,8 @@
 - :class:`MetricsPlot`: PNG of logged metrics per step at the end of fit.
 - :class:`PeriodicCheckpoint`: ``last.ckpt`` and a checkpoint every N optimizer steps, as a
   resumable RL run needs them (the shipped configs use it).
+- :class:`UnloggedRow`: the batch's pending metrics row in every checkpoint, whichever callback
+  saves it (lit-rlhf's modules add it themselves; for a Trainer of your own).
 - :class:`ModularGradientSurgery` (MGS): PCGrad per parameter group over the domains of each
   optimizer step (per-task gradients through the core's task-by-task backward).
 - :class:`TrustRegionEntropy` (TRE), :class:`EntropyBonus`, :class:`ForkingTokens`,
@@ -40,7 +42,7 @@ from lit_rlhf.training.protocols import (
     policy_loss_terms,
     reward_terms,
 )
-from lit_rlhf.training.run_checkpoint import PeriodicCheckpoint
+from lit_rlhf.training.run_checkpoint import PeriodicCheckpoint, UnloggedRow
 
 __all__ = [
     "AdaptiveKL",
@@ -61,6 +63,7 @@ __all__ = [
     "RewardTerm",
     "TrustRegionDiagnostics",
     "TrustRegionEntropy",
+    "UnloggedRow",
     "gradient_hooks",
     "policy_loss_terms",
     "reward_terms",

@@ -16,6 +16,7 @@ from lit_rlhf.training.loader_position import EpochEndLoaderReset
 from lit_rlhf.training.precision import check_trainable_precision
 from lit_rlhf.training.progress import PlainProgress
 from lit_rlhf.training.rng import GlobalRNGState
+from lit_rlhf.training.run_checkpoint import UnloggedRow
 
 
 class ExportedModelHooks:
@@ -60,5 +61,7 @@ def module_callbacks() -> list[Callback]:
     """The callbacks every lit-rlhf module returns from ``configure_callbacks``: exact resumes
     (the global generators; a fresh loader after an epoch-end checkpoint, the loader position at
     another world size), a plain progress line per step when stdout is not a terminal, and the
-    completions table of a step that returns one (``rollout.log_completions``)."""
-    return [GlobalRNGState(), EpochEndLoaderReset(), PlainProgress(), CompletionTable()]
+    completions table of a step that returns one (``rollout.log_completions``), and the pending
+    metrics row in every checkpoint, whichever callback saves it (:class:`UnloggedRow`)."""
+    return [GlobalRNGState(), EpochEndLoaderReset(), PlainProgress(), CompletionTable(),
+            UnloggedRow()]  # fmt: skip

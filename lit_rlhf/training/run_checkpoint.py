@@ -16,7 +16,9 @@ lit-rlhf module optimises manually):
   ``on_train_batch_end`` hooks, where checkpoints are saved, so a kill in between left a
   checkpoint past a row that never reached ``metrics.csv``. Each checkpoint saved at a batch's
   end carries that row (``checkpoint["unlogged_metrics_row"]``), and lit-rlhf's CLI writes it back
-  when it resumes into the run's folder (:mod:`lit_rlhf.cli.log_folder`).
+  when it resumes into the run's folder (:mod:`lit_rlhf.cli.log_folder`). Every lit-rlhf module
+  also returns :class:`UnloggedRow`, so a checkpoint that Lightning's own ``ModelCheckpoint``
+  saves at a batch's end carries the row too.
 - **No warning about pre-optimisation state.** Lightning warns under manual optimisation that the
   checkpoint holds the weights after the optimizer step; lit-rlhf wants exactly that (the saved
   loop position is the next batch), so the warning is not raised.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning import LightningModule, Trainer
+from lightning import Callback, LightningModule, Trainer
 from lightning.fabric.utilities.apply_func import convert_tensors_to_scalars
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
@@ -109,9 +111,7 @@ class PeriodicCheckpoint(ModelCheckpoint):
     def on_save_checkpoint(
         self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        row = batch_end_row(trainer)
-        if row is not None:
-            checkpoint[UNLOGGED_ROW] = row
+        store_unlogged_row(trainer, checkpoint)  # also for a module that lacks UnloggedRow
 
     def _save_both(self, trainer: Trainer) -> None:
         candidates = self._monitor_candidates(trainer)
@@ -120,6 +120,26 @@ class PeriodicCheckpoint(ModelCheckpoint):
 
 
 UNLOGGED_ROW = "unlogged_metrics_row"
+
+
+def store_unlogged_row(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    """Puts the batch's pending row (:func:`batch_end_row`) into ``checkpoint`` when there is
+    one: the CLI writes it back to ``metrics.csv`` on resume (``lit_rlhf.cli.log_folder``)."""
+    row = batch_end_row(trainer)
+    if row is not None:
+        checkpoint[UNLOGGED_ROW] = row
+
+
+class UnloggedRow(Callback):
+    """Carries the pending metrics row in every checkpoint, whichever callback saves it
+    (Lightning's ``ModelCheckpoint`` as well as :class:`PeriodicCheckpoint`). lit-rlhf's
+    modules return it from ``configure_callbacks``; add it to any other Trainer."""
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        store_unlogged_row(trainer, checkpoint)
 
 
 def batch_end_row(trainer: Trainer) -> dict[str, Any] | None:

@@ -206,3 +206,30 @@ def test_a_checkpoint_outside_the_loggers_runs_or_a_set_version_is_left_alone(tm
     ckpt = tmp_path / "runs" / "demo" / "version_0" / "checkpoints" / "last.ckpt"
     assert continue_log_folders(_Trainer(fixed), str(ckpt), 2) == []
     assert fixed.version == "mine"
+
+
+def test_lightnings_own_checkpoint_carries_the_row_with_unlogged_row(tmp_path):
+    """Lightning's ModelCheckpoint has the same race (it saves in on_train_batch_end too);
+    UnloggedRow, which every lit-rlhf module returns from configure_callbacks, closes it there.
+    Without it no row travels."""
+    from lit_rlhf.callbacks import UnloggedRow
+    from lit_rlhf.training.model_hooks import module_callbacks
+
+    assert any(isinstance(c, UnloggedRow) for c in module_callbacks())
+    for extra, carried in (([UnloggedRow()], True), ([], False)):
+        root = tmp_path / str(carried)
+        saver = ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=3, save_top_k=-1)
+        trainer = Trainer(
+            default_root_dir=root, max_epochs=1, limit_train_batches=3, log_every_n_steps=1,
+            logger=CSVLogger(root, name="run", version=0), callbacks=[saver, *extra],
+            enable_progress_bar=False, enable_model_summary=False,
+        )  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Lightning's manual-optimisation warning
+            trainer.fit(ThreeStepsPerBatch())
+        saved = torch.load(root / "ckpt" / "epoch=0-step=3.ckpt", weights_only=True)
+        row = unlogged_row(saved)
+        assert (row is not None) is carried
+        if carried:
+            logged = list(csv.DictReader((root / "run" / "version_0" / "metrics.csv").open()))
+            assert row["step"] == 0 and row["loss"] == pytest.approx(float(logged[0]["loss"]))
