@@ -9,8 +9,9 @@ version on the logger and keeps the folder's ``metrics.csv`` rows logged before 
 (``step`` below the first step the resumed run logs): rows the killed run logged after its last
 checkpoint are logged again by the resumed run, so each step appears once. The rows it drops are
 kept in ``metrics.csv.before-resume``. The checkpoint's own batch is logged after the hooks that
-save it, so a kill in between lost its row: :class:`~lit_rlhf.callbacks.PeriodicCheckpoint`
-stores that row in the checkpoint, and it is written back here when the folder lacks it. A
+save it, so a kill in between lost its row: :class:`~lit_rlhf.callbacks.UnloggedRow` (which
+every lit-rlhf module adds) and :class:`~lit_rlhf.callbacks.PeriodicCheckpoint` store that row
+in the checkpoint, and it is written back here when the folder lacks it. A
 logger whose version the config sets, a checkpoint elsewhere, and W&B / MLflow (their runs are
 resumed by their own ``id`` / ``run_id`` settings) are left as they are.
 """
