@@ -7,7 +7,9 @@
 # Built: tre (scripts/repro/tre_drift_gpu.py: a policy trained inside the command, then the
 # registered bonus-only drift, docs/exploration.md) and compression (scripts/repro/
 # compression_gpu.py: a decoder LM trained inside the command on a corpus with known priors, then
-# the carry-first size comparison, docs/compressor.md). The other three are refused with the reason.
+# the carry-first size comparison, docs/compressor.md) and consistrm (reproduce.py's gpu-window
+# preset: a judge trained from random weights inside the command, then the cpu-varied gate and
+# arms, seed after seed, docs/grm.md). reflectrm and mgs are refused with the reason.
 # Usage: bash scripts/gpu_paper.sh PAPER
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +18,25 @@ PY=${PYTHON:-python3} DIR=${OUT:-runs/gpu_paper}
 case ${1:-} in
   tre) SCRIPT=scripts/repro/tre_drift_gpu.py NAME=exploration_drift_gpu ;;
   compression) SCRIPT=scripts/repro/compression_gpu.py NAME=compressor_gpu ;;
-  reflectrm|mgs|consistrm)
-    echo "gpu_paper.sh: $1 has no GPU window yet (docs/plan.md, GPU windows): run tre or compression" >&2
+  consistrm) SCRIPT=scripts/reproduce.py NAME=grm_consistrm_gpu_window ;;
+  reflectrm|mgs)
+    echo "gpu_paper.sh: $1 has no GPU window yet (docs/plan.md, GPU windows): run tre, consistrm or compression" >&2
     exit 2 ;;
   *) echo "usage: bash scripts/gpu_paper.sh tre|reflectrm|mgs|consistrm|compression" >&2; exit 2 ;;
 esac
 bash scripts/gpu_check.sh 1 || exit 1  # the wheels into /tmp/site, the GPU's name (40 s at most)
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$DIR"
+if [ "$1" = consistrm ]; then  # seed after seed: the record is rewritten after each
+  WORK=/tmp/$NAME END=$((SECONDS + 420))
+  for seeds in "0" "0 1" "0 1 2"; do
+    LEFT=$((END - SECONDS)); [ "$LEFT" -gt 20 ] || break
+    # shellcheck disable=SC2086  # the seeds are separate arguments
+    timeout "$LEFT" $PY "$SCRIPT" consistrm --preset gpu-window --seeds $seeds --out "$WORK" \
+      --docs "$DIR" || break
+  done
+  # the pre-check's and every finished run's record (a stopped run's too), beside the summary
+  (cd "$WORK" && find . -name '*.json' -not -path '*warm-judge*' | tar -cf - -T -) | tar -xf - -C "$DIR"
+  exit 0
+fi
 timeout 420 $PY "$SCRIPT" --work "/tmp/$NAME" --out "$DIR/$NAME.json"

@@ -19,6 +19,7 @@ it). It also measures the step time that sizes the preset.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,7 +27,7 @@ from repro import judge_common as jc
 from repro.common import Context, Figures, Paper, Preset, Primary
 from repro.intervals import Kind, bounded, judge_rows
 from repro.judge_records import row_outputs
-from repro.runs import read_rows, write_fragment
+from repro.runs import read_rows, steps_and_values, write_fragment
 
 ANSWER = "lit_rlhf.callbacks.ConsistencyAnswerReward"
 RECORDS = "lit_rlhf.callbacks.JudgmentRecords"
@@ -62,6 +63,15 @@ PRESETS: dict[str, Preset] = {
     "cpu-varied": Preset("cpu-varied", (0, 1, 2), 180, _settings(
         max_value=9, judge_style="varied", lazy_copies=2, reflection_every=0, sft_steps=144,
         lr=1e-5, gate={"majority_over_greedy": 0.05, "pseudo_over_sample": 0.05})),
+    # the GPU window (bash scripts/gpu_paper.sh consistrm; docs/grm.md): cpu-varied's design on
+    # a judge trained from random weights inside the command (mid-llama: it first learns every
+    # question's arithmetic, fact_copies rows each, beside the varied judgments), same gate
+    "gpu-window": Preset("gpu-window", (0, 1, 2), 7, _settings(
+        model="builtin:mid-llama", sft_config="configs/sft/tiny.yaml", in_process=True,
+        accelerator="auto", max_value=9, judge_style="varied", lazy_copies=2, fact_copies=4,
+        reflection_every=0, sft_steps=1500, sft_lr=1e-3, sft_batch_size=64, max_length=512,
+        max_new_tokens=136, eval_batch_size=96, val_batch_size=96, micro_batch_size=32,
+        lr=5e-5, probe_steps=1, gate={"majority_over_greedy": 0.05, "pseudo_over_sample": 0.05})),
     "gpu": Preset("gpu", (0, 1, 2), 60 * 24 * 3, GPU_SETTINGS),
     "smoke": Preset("smoke", (0, 1), 1, _settings(
         model="builtin:tiny-llama", sft_config="configs/sft/tiny.yaml", in_process=True,
@@ -104,7 +114,7 @@ class ConsistRM(Paper):
         online, _ = jc.predict_pool(
             str(warm), self._pool_path(ctx, "unlabelled"), samples=s["samples_per_prompt"],
             seed=1, max_new_tokens=s["max_new_tokens"], batch_size=s["eval_batch_size"],
-            reflective=False,
+            reflective=False, accelerator=s.get("accelerator", "cpu"),
         )  # fmt: skip
         by_query = {p["query_id"]: p["votes"] for p in online}
         figures.update(jc.seeded_pseudo_accuracy(
@@ -136,6 +146,7 @@ class ConsistRM(Paper):
         return jc.judge_pool(
             jc.warm_judge(ctx.out, ctx.settings), self._pool_path(ctx, pool), samples=s["samples"],
             seed=seed, max_new_tokens=s["max_new_tokens"], batch_size=s["eval_batch_size"],
+            accelerator=s.get("accelerator", "cpu"),
         )  # fmt: skip
 
     def _memory(self, ctx: Context) -> Path:
@@ -189,7 +200,7 @@ class ConsistRM(Paper):
             else:
                 init["use_memory"] = False
             callbacks.append({"class_path": ANSWER, "init_args": init})
-        config = jc.grpo_config(
+        config = grpo_config(
             model=jc.warm_judge(ctx.out, ctx.settings), mode="rft" if arm == "rft" else "consistrm",
             train=self._pool_path(ctx, "unlabelled"), val=self._pool_path(ctx, "eval"),
             run_dir=run_dir, seed=seed, settings=settings, callbacks=callbacks,
@@ -238,15 +249,15 @@ def last_judgments(folder: Path) -> list[dict[str, Any]]:
 def arm_figures(rows: list[dict[str, str]], start: tuple[list, list]) -> Figures:
     """Final held-out accuracy and positional consistency, the pseudo-label accuracy over
     training (mean of its logged values) and the curves, each starting at the warm judge."""
-    acc = jc.curve(rows, "val/accuracy")
-    cons = jc.curve(rows, "val/positional_consistency")
+    acc = curve(rows, "val/accuracy")
+    cons = curve(rows, "val/positional_consistency")
     figures: Figures = {
         "accuracy": acc[-1][1] if acc else float("nan"),
         "positional_consistency": cons[-1][1] if cons else float("nan"),
         "curves": {"accuracy": start[0] + acc, "positional_consistency": start[1] + cons},
     }
-    key = jc.column(rows, "pseudo_label_accuracy")
-    pseudo = jc.curve(rows, key) if key else []
+    key = column(rows, "pseudo_label_accuracy")
+    pseudo = curve(rows, key) if key else []
     figures["pseudo_label_accuracy"] = float("nan")  # rft has none; so has a judge never read
     if pseudo:
         figures["pseudo_label_accuracy"] = statistics.fmean(v for _, v in pseudo)
@@ -256,3 +267,55 @@ def arm_figures(rows: list[dict[str, str]], start: tuple[list, list]) -> Figures
 
 
 PAPER = ConsistRM()
+
+
+def grpo_config(
+    *, model: str, mode: str, train: Path, val: Path, run_dir: Path, seed: int,
+    settings: Mapping[str, Any], callbacks: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """A whole ``GenerativeRewardModule`` run in this judge format: GRPO on ``train`` (each
+    pair in both orders, shuffled), greedy validation on ``val`` after every epoch, one CSV
+    logger in ``run_dir``."""
+
+    def pairs(path: Path) -> dict[str, Any]:
+        return {"class_path": "lit_rlhf.data.PreferencePairs", "init_args": {
+            "path": str(path), "schema": "pairs", "template": jc.TEMPLATE, "swap": "both",
+            "id_field": "id"}}  # fmt: skip
+
+    return {
+        "seed_everything": seed,
+        "trainer": {
+            "accelerator": settings.get("accelerator", "cpu"), "devices": 1, "precision": "auto",
+            "max_epochs": settings["epochs"], "log_every_n_steps": 1,
+            "num_sanity_val_steps": 0, "enable_checkpointing": False,
+            "enable_progress_bar": False, "enable_model_summary": False,
+            "limit_train_batches": settings.get("limit_train_batches"),
+            "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {
+                "save_dir": str(run_dir), "name": "", "version": ""}},
+            "callbacks": list(callbacks),
+        },
+        "model": {"class_path": "lit_rlhf.modules.GenerativeRewardModule", "init_args": {
+            "mode": mode, "model": model,
+            "judge": {"tags": list(jc.TAGS), "critique_template": jc.CRITIQUE_TEMPLATE},
+            "engine": {"class_path": "lit_rlhf.rollout.HFGenerationEngine", "init_args": {
+                "max_new_tokens": settings["max_new_tokens"],
+                "temperature": settings.get("temperature", 1.0)}},
+            "rollout": {"samples_per_prompt": settings["samples_per_prompt"]},
+            "optim": {"micro_batch_size": settings["micro_batch_size"], "lr": settings["lr"]},
+            "kl": {"coef": settings["kl_coef"]}, "update": {"seed": seed}}},
+        "data": {"class_path": "lit_rlhf.data.PromptDataModule", "init_args": {
+            "tokenizer": model, "batch_size": settings["batch_size"],
+            "val_batch_size": settings["val_batch_size"], "seed": seed,
+            "train": pairs(train), "val": pairs(val)}},
+    }  # fmt: skip
+
+
+def curve(rows: Sequence[Mapping[str, str]], key: str) -> list[list[float]]:
+    """``[[step, value], ...]`` of a metrics.csv column (the trainer's optimizer step)."""
+    return [[float(s), v] for s, v in steps_and_values(list(rows), key, step_key="step")]
+
+
+def column(rows: Sequence[Mapping[str, str]], suffix: str) -> str | None:
+    """The metrics.csv column ending in ``suffix`` (reward terms log under their class)."""
+    names = sorted({k for r in rows for k in r if k.endswith(suffix)})
+    return names[0] if names else None

@@ -179,9 +179,11 @@ def warm_rows(pairs: Sequence[ArithPair], settings: Mapping[str, Any]) -> list[d
     target per row, :func:`warm_start_rows`) or ``varied`` (:mod:`repro.judge_varied`)."""
     style = settings.get("judge_style", "checked")
     if style == "varied":
-        from repro.judge_varied import varied_rows
+        from repro.judge_varied import fact_rows, varied_rows
 
-        return varied_rows(pairs, lazy_copies=settings["lazy_copies"], seed=0)
+        rows = varied_rows(pairs, lazy_copies=settings["lazy_copies"], seed=0)
+        copies = settings.get("fact_copies", 0)  # a judge trained from random weights
+        return rows + fact_rows(settings["max_value"], copies) if copies else rows
     if style != "checked":
         raise ValueError(f"judge_style {style!r} is not one of 'checked', 'varied'")
     return warm_start_rows(pairs, reflection_every=settings["reflection_every"], seed=0)
@@ -283,6 +285,7 @@ def warm_dir(out: Path, settings: Mapping[str, Any]) -> Path:
 
         fmt += format_probe(probe)
         keyed.update(judge_style=settings["judge_style"], lazy_copies=settings["lazy_copies"])
+    keyed.update({k: settings[k] for k in ("fact_copies", "max_length") if k in settings})
     key = json.dumps({**keyed, "format": fmt}, sort_keys=True)
     return out.parent.parent / "judge-warm" / hashlib.sha256(key.encode()).hexdigest()[:12]
 
@@ -331,12 +334,14 @@ def warm_start(
     fragment = {
         "seed_everything": 0,
         "trainer": {"max_steps": settings["sft_steps"], "max_epochs": -1, "logger": False,
-                    "enable_checkpointing": False, "enable_progress_bar": False},
+                    "enable_checkpointing": False, "enable_progress_bar": False,
+                    "accelerator": settings.get("accelerator", "cpu")},
         "model": {"init_args": {"export_dir": str(export), "optim": {"lr": settings["sft_lr"]},
                                 "model": settings["model"]}},
         "data": {"init_args": {"tokenizer": settings["model"], "train": str(data), "val": None,
                                "train_split": "train", "prompt_field": "prompt",
-                               "response_field": "response", "max_length": 384,
+                               "response_field": "response",
+                               "max_length": settings.get("max_length", 384),
                                "batch_size": settings["sft_batch_size"]}},
     }  # fmt: skip
     config = write_fragment(root / "warm-start.yaml", fragment)
@@ -382,7 +387,7 @@ def judge_module(
 
 def predict_pool(
     model: str, pairs_path: Path, *, samples: int, seed: int, max_new_tokens: int,
-    batch_size: int, reflective: bool = True, temperature: float = 1.0,
+    batch_size: int, reflective: bool = True, temperature: float = 1.0, accelerator: str = "cpu",
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:  # fmt: skip
     """Every row of the pool (each pair in both orders) judged in-process: the predictions
     (``query_id``, ``votes``, ``verdict``, ``anchor``) and the rows by query id."""
@@ -397,7 +402,7 @@ def predict_pool(
     module = judge_module(model, samples=samples, seed=seed, max_new_tokens=max_new_tokens,
                           reflective=reflective, temperature=temperature)  # fmt: skip
     L.seed_everything(seed, verbose=False)
-    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+    trainer = L.Trainer(accelerator=accelerator, devices=1, logger=False, enable_progress_bar=False,
                         enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
     predictions = trainer.predict(module, datamodule=dm) or []
     return [p for batch in predictions for p in batch], rows  # type: ignore[union-attr]
@@ -405,11 +410,11 @@ def predict_pool(
 
 def judge_pool(
     model: str, pairs_path: Path, *, samples: int, seed: int, max_new_tokens: int,
-    batch_size: int = 16,
+    batch_size: int = 16, accelerator: str = "cpu",
 ) -> list[Judged]:  # fmt: skip
     """Greedy and reflective-of-``samples`` judgments of every row (one set of samples: the
     majority is taken from the same votes the reflection uses)."""
-    kw = {"max_new_tokens": max_new_tokens, "batch_size": batch_size}
+    kw = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "accelerator": accelerator}
     greedy, rows = predict_pool(model, pairs_path, samples=1, seed=seed, **kw)
     sampled, _ = predict_pool(model, pairs_path, samples=samples, seed=seed, **kw)
     first = {p["query_id"]: p["verdict"] for p in greedy}
@@ -434,57 +439,3 @@ def run_fit(configs: Sequence[Path], *, in_process: bool) -> float:
     start = time.perf_counter()
     cli_in_process("fit", configs)
     return time.perf_counter() - start
-
-
-def grpo_config(
-    *, model: str, mode: str, train: Path, val: Path, run_dir: Path, seed: int,
-    settings: Mapping[str, Any], callbacks: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:  # fmt: skip
-    """A whole ``GenerativeRewardModule`` run in this judge format: GRPO on ``train`` (each
-    pair in both orders, shuffled), greedy validation on ``val`` after every epoch, one CSV
-    logger in ``run_dir``."""
-
-    def pairs(path: Path) -> dict[str, Any]:
-        return {"class_path": "lit_rlhf.data.PreferencePairs", "init_args": {
-            "path": str(path), "schema": "pairs", "template": TEMPLATE, "swap": "both",
-            "id_field": "id"}}  # fmt: skip
-
-    return {
-        "seed_everything": seed,
-        "trainer": {
-            "accelerator": "cpu", "devices": 1, "precision": "auto",
-            "max_epochs": settings["epochs"], "log_every_n_steps": 1,
-            "num_sanity_val_steps": 0, "enable_checkpointing": False,
-            "enable_progress_bar": False, "enable_model_summary": False,
-            "limit_train_batches": settings.get("limit_train_batches"),
-            "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {
-                "save_dir": str(run_dir), "name": "", "version": ""}},
-            "callbacks": list(callbacks),
-        },
-        "model": {"class_path": "lit_rlhf.modules.GenerativeRewardModule", "init_args": {
-            "mode": mode, "model": model,
-            "judge": {"tags": list(TAGS), "critique_template": CRITIQUE_TEMPLATE},
-            "engine": {"class_path": "lit_rlhf.rollout.HFGenerationEngine", "init_args": {
-                "max_new_tokens": settings["max_new_tokens"],
-                "temperature": settings.get("temperature", 1.0)}},
-            "rollout": {"samples_per_prompt": settings["samples_per_prompt"]},
-            "optim": {"micro_batch_size": settings["micro_batch_size"], "lr": settings["lr"]},
-            "kl": {"coef": settings["kl_coef"]}, "update": {"seed": seed}}},
-        "data": {"class_path": "lit_rlhf.data.PromptDataModule", "init_args": {
-            "tokenizer": model, "batch_size": settings["batch_size"],
-            "val_batch_size": settings["val_batch_size"], "seed": seed,
-            "train": pairs(train), "val": pairs(val)}},
-    }  # fmt: skip
-
-
-def curve(rows: Sequence[Mapping[str, str]], key: str) -> list[list[float]]:
-    """``[[step, value], ...]`` of a metrics.csv column (the trainer's optimizer step)."""
-    from repro.runs import steps_and_values
-
-    return [[float(s), v] for s, v in steps_and_values(list(rows), key, step_key="step")]
-
-
-def column(rows: Sequence[Mapping[str, str]], suffix: str) -> str | None:
-    """The metrics.csv column ending in ``suffix`` (reward terms log under their class)."""
-    names = sorted({k for r in rows for k in r if k.endswith(suffix)})
-    return names[0] if names else None

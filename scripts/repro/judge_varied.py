@@ -92,6 +92,22 @@ def varied_rows(pairs: Sequence[ArithPair], *, lazy_copies: int, seed: int) -> l
     return rows
 
 
+def fact_rows(max_value: int, copies: int) -> list[dict[str, str]]:
+    """``copies`` SFT rows of every question of the pools' space (``What is a op b?`` ->
+    ``a op b = c``, operands 1..``max_value``): the arithmetic a judge trained from random
+    weights (the GPU window) must know before it can check pairs it never saw."""
+    space = [(a, op, b) for a in range(1, max_value + 1) for b in range(1, max_value + 1)
+             for op in "+-"]  # fmt: skip
+    rows = []
+    for a, op, b in space:
+        right = a + b if op == "+" else a - b
+        rows += [
+            {"prompt": f"What is {a} {op} {b}?", "response": f"{a} {op} {b} = {right}"}
+        ] * copies
+    random.Random("facts").shuffle(rows)
+    return rows
+
+
 def format_probe(pair: ArithPair) -> str:
     """Every target wording of one pair (what the warm judge's cache key covers)."""
     forms = [checked_judgment(pair, f) for f in range(len(FORMS))]

@@ -106,3 +106,30 @@ def test_reproduce_takes_the_papers_own_preset_and_names_its_record(tmp_path: Pa
         "docs/grm_consistrm_cpu_varied.json"
     )
     assert docs_json(paper, Path("docs"), "cpu") == Path("docs/grm_consistrm.json")
+
+
+def test_the_gpu_window_preset_runs_its_path_on_cpu_at_smoke_scale(tmp_path: Path) -> None:
+    """The gpu-window preset's own settings (fact rows, accelerator auto, in-process) with the
+    model and sizes shrunk: the warm start writes the arithmetic rows beside the varied
+    judgments, the gate decides, and a trained arm's run reads back. On CPU: plumbing only."""
+    import yaml
+    from repro.common import Context, Preset, cached_precheck, cached_run
+
+    window = consistrm.PRESETS["gpu-window"].settings
+    assert window["accelerator"] == "auto" and window["fact_copies"] > 0
+    tiny = {**window, "model": "builtin:tiny-llama", "pools": {"warm": 4, "unlabelled": 2,
+            "eval": 2}, "sft_steps": 1, "fact_copies": 1, "samples": 2, "max_new_tokens": 6,
+            "full_judgments": False, "samples_per_prompt": 2, "batch_size": 4,
+            "val_batch_size": 4, "eval_batch_size": 4, "micro_batch_size": 8, "epochs": 1,
+            "probe_steps": 1}  # fmt: skip
+    ctx = Context("consistrm", Preset("gpu-window", (0,), 1, tiny), tmp_path / "gpu-window")
+    precheck = cached_precheck(consistrm.PAPER, ctx)
+    assert isinstance(precheck["go"], bool) and "vs a random sample" in precheck["reason"]
+    sft = (jc.warm_dir(ctx.out, tiny) / "warm-start.jsonl").read_text().splitlines()
+    facts = [line for line in sft if '"prompt": "What is' in line]
+    assert len(facts) == 9 * 9 * 2 and len(sft) - len(facts) == 4 * 2 * 6
+    assert '"response": "3 - 7 = -4"' in "".join(facts)
+    figures = cached_run(consistrm.PAPER, ctx, "consistrm", 0)
+    assert 0.0 <= figures["accuracy"] <= 1.0 and len(figures["rows"]) == 4
+    config = yaml.safe_load((ctx.out / "consistrm" / "seed0" / "config.yaml").read_text())
+    assert config["trainer"]["accelerator"] == "auto"
