@@ -179,7 +179,8 @@ class CalculatorCompare(Paper):
     def __init__(self, steps: int, task: str = "countdown") -> None:
         self.title = f"Calculator vs no tool: SmolLM2-135M, {task}, CPU"
         settings = {"steps": steps, "task": task}
-        self.presets = {"cpu": Preset(f"{task}_steps{steps}", (0,), 0.0, settings)}
+        # one preset per instance (steps and task vary): an instance attribute on purpose
+        self.presets = {"cpu": Preset(f"{task}_steps{steps}", (0,), 0.0, settings)}  # type: ignore[misc]
 
     def precheck(self, ctx: Context) -> Figures:
         return dict(PRECHECK)

@@ -113,7 +113,7 @@ class Paper:
     doc: str = ""  # the docs page the results go to
     arms: tuple[str, ...] = ()
     primary: Primary
-    presets: dict[str, Preset]
+    presets: ClassVar[dict[str, Preset]]
     # scalar figures shown in the table (others still go to the JSON), with their formats
     table_metrics: tuple[str, ...] = ()
     # curve names drawn in the PNG, one panel each

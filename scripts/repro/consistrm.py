@@ -312,7 +312,9 @@ def grpo_config(
 
 def curve(rows: Sequence[Mapping[str, str]], key: str) -> list[list[float]]:
     """``[[step, value], ...]`` of a metrics.csv column (the trainer's optimizer step)."""
-    return [[float(s), v] for s, v in steps_and_values(list(rows), key, step_key="step")]
+    return [
+        [float(s), v] for s, v in steps_and_values([dict(r) for r in rows], key, step_key="step")
+    ]
 
 
 def column(rows: Sequence[Mapping[str, str]], suffix: str) -> str | None:

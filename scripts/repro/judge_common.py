@@ -147,9 +147,8 @@ def reflection_row(pair: ArithPair, rng: random.Random) -> dict[str, str]:
     k1, k2 = (pair.right, pair.wrong) if good_first else (pair.wrong, pair.right)
     result = "Critique 1 is better than Critique 2" if good_first else (
         "Critique 2 is better than Critique 1")  # fmt: skip
-    good = 1 if good_first else 2
     text = (f"Critique 1 checks {k1}. Critique 2 checks {k2}. {pair.expr} = {pair.right}, as "
-            f"Critique {good} checks.")  # fmt: skip
+            f"Critique {1 if good_first else 2} checks.")  # fmt: skip
     return {"prompt": prompt, "response": f"<Analysis>{text}</Analysis><Result>{result}</Result>"}
 
 
@@ -227,7 +226,10 @@ def inference_figures(judged: Sequence[Judged]) -> dict[str, float]:
     mean over samples; an unreadable one counts wrong), the format-valid rate of the samples
     and the first-position rate of greedy (how often it says response 1)."""
     by: dict[str, dict[str, list[bool]]] = {k: {} for k in ("greedy", "majority", "reflective")}
-    anchor, sample, valid, first = [], [], [], []
+    anchor: list[bool] = []
+    sample: list[float] = []
+    valid: list[bool] = []
+    first: list[bool] = []
     for j in judged:
         picks = {"greedy": j.greedy, "majority": majority(j.votes), "reflective": j.reflective}
         for name, verdict in picks.items():
@@ -378,11 +380,12 @@ def judge_module(
 
     engine = HFGenerationEngine(max_new_tokens=max_new_tokens, temperature=temperature)
     inference = "single" if samples == 1 else "reflective" if reflective else "majority"
-    return GenerativeRewardModule(
-        model=model, engine=engine, update={"seed": seed},
-        judge={"eval_samples": samples, "inference": inference,
-               "critique_template": CRITIQUE_TEMPLATE, "tags": TAGS},
-    )  # fmt: skip
+    settings: dict[str, Any] = {  # plain dicts: the module coerces them to its settings groups
+        "engine": engine, "update": {"seed": seed},
+        "judge": {"eval_samples": samples, "inference": inference,
+                  "critique_template": CRITIQUE_TEMPLATE, "tags": TAGS},
+    }  # fmt: skip
+    return GenerativeRewardModule(model=model, **settings)
 
 
 def predict_pool(
@@ -405,7 +408,7 @@ def predict_pool(
     trainer = L.Trainer(accelerator=accelerator, devices=1, logger=False, enable_progress_bar=False,
                         enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
     predictions = trainer.predict(module, datamodule=dm) or []
-    return [p for batch in predictions for p in batch], rows  # type: ignore[union-attr]
+    return [p for batch in predictions for p in batch], rows
 
 
 def judge_pool(
@@ -414,7 +417,11 @@ def judge_pool(
 ) -> list[Judged]:  # fmt: skip
     """Greedy and reflective-of-``samples`` judgments of every row (one set of samples: the
     majority is taken from the same votes the reflection uses)."""
-    kw = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "accelerator": accelerator}
+    kw: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "batch_size": batch_size,
+        "accelerator": accelerator,
+    }
     greedy, rows = predict_pool(model, pairs_path, samples=1, seed=seed, **kw)
     sampled, _ = predict_pool(model, pairs_path, samples=samples, seed=seed, **kw)
     first = {p["query_id"]: p["verdict"] for p in greedy}

@@ -77,7 +77,7 @@ def varied_rows(pairs: Sequence[ArithPair], *, lazy_copies: int, seed: int) -> l
             f"lazy_copies must be >= 1 (got {lazy_copies}): without the lazy judgment this is "
             "the cpu preset's judge. Fix: use judge_style: checked."
         )
-    rows = []
+    rows: list[dict[str, str]] = []
     for pair in pairs:
         r1, r2 = (f"{pair.expr} = {v}" for v in pair.values)
         for swapped in (False, True):
@@ -98,7 +98,7 @@ def fact_rows(max_value: int, copies: int) -> list[dict[str, str]]:
     weights (the GPU window) must know before it can check pairs it never saw."""
     space = [(a, op, b) for a in range(1, max_value + 1) for b in range(1, max_value + 1)
              for op in "+-"]  # fmt: skip
-    rows = []
+    rows: list[dict[str, str]] = []
     for a, op, b in space:
         right = a + b if op == "+" else a - b
         rows += [

@@ -64,7 +64,7 @@ def slope_per_100(xs: list[float], ys: list[float]) -> float:
     return float(np.polyfit(np.asarray(xs), np.asarray(ys), 1)[0]) * 100
 
 
-def summarise(rows: list[dict[str, float]], warmup: int) -> dict[str, float]:
+def summarise(rows: list[dict[str, float]], warmup: int) -> dict[str, Any]:
     kept = [r for r in rows if r["step"] > warmup]
     if len(kept) < 10:
         raise SystemExit(f"only {len(kept)} steps after warm-up: raise --steps or lower --warmup")
@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=20, help="first steps left out of the fit")
     parser.add_argument("--out", type=Path, default=Path("runs/soak"))
     parser.add_argument("--replot", type=Path, help="only summarise and plot this soak.csv")
-    opts, opts.overrides = parser.parse_known_args(argv)
+    opts, overrides = parser.parse_known_args(argv)
+    opts.overrides = overrides
     if opts.replot:
         with opts.replot.open() as f:
             rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
@@ -186,4 +187,4 @@ def report(rows: list[dict[str, float]], opts: argparse.Namespace, title: str) -
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
