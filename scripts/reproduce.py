@@ -93,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object] | None:
         raise SystemExit(f"reproduce.py: {paper.name} has no preset {opts.preset!r}; choose "
                          f"one of {named} (or --smoke)")  # fmt: skip
     preset = paper.presets[opts.preset]
+    if opts.force and not preset.forcible:
+        why = "a failed gate is its verdict (see its page)"
+        raise SystemExit(f"reproduce.py: {paper.name}'s preset {preset.name!r} registered its "
+                         f"gate without --force: {why}")  # fmt: skip
     if opts.print_settings:
         print(json.dumps({"preset": preset.name, "seeds": preset.seeds, **preset.settings},
                          indent=1, default=str))  # fmt: skip

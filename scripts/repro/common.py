@@ -72,12 +72,14 @@ def verdict(diff: Interval, direction: int, *, precheck_go: bool = True) -> str:
 @dataclass
 class Preset:
     """One scale of a comparison. ``settings`` are the paper's own knobs (steps, configs, sizes);
-    ``budget_minutes`` is the stated wall time alone on 2 cores (cpu) or one GPU (gpu)."""
+    ``budget_minutes`` is the stated wall time alone on 2 cores (cpu) or one GPU (gpu).
+    ``forcible`` False: the rule registered no ``--force`` past a failed gate (refused)."""
 
     name: str
     seeds: tuple[int, ...]
     budget_minutes: float
     settings: dict[str, Any] = field(default_factory=dict)
+    forcible: bool = True
 
     def fingerprint(self) -> str:
         blob = json.dumps(self.settings, sort_keys=True, default=str)

@@ -62,7 +62,8 @@ PRESETS: dict[str, Preset] = {
     # preset's 48 steps at 2e-6 moved greedy accuracy by 0.01); the registered gate below
     "cpu-varied": Preset("cpu-varied", (0, 1, 2), 180, _settings(
         max_value=9, judge_style="varied", lazy_copies=2, reflection_every=0, sft_steps=144,
-        lr=1e-5, gate={"majority_over_greedy": 0.05, "pseudo_over_sample": 0.05})),
+        lr=1e-5, gate={"majority_over_greedy": 0.05, "pseudo_over_sample": 0.05}),
+        forcible=False),
     # the GPU window (bash scripts/gpu_paper.sh consistrm; docs/grm.md): cpu-varied's design on
     # a judge trained from random weights inside the command (mid-llama: it first learns every
     # question's arithmetic, fact_copies rows each, beside the varied judgments), same gate
@@ -71,7 +72,8 @@ PRESETS: dict[str, Preset] = {
         accelerator="auto", max_value=9, judge_style="varied", lazy_copies=2, fact_copies=4,
         reflection_every=0, sft_steps=1500, sft_lr=1e-3, sft_batch_size=64, max_length=512,
         max_new_tokens=136, eval_batch_size=96, val_batch_size=96, micro_batch_size=32,
-        lr=5e-5, probe_steps=1, gate={"majority_over_greedy": 0.05, "pseudo_over_sample": 0.05})),
+        lr=5e-5, probe_steps=1, gate={"majority_over_greedy": 0.05, "pseudo_over_sample": 0.05}),
+        forcible=False),
     "gpu": Preset("gpu", (0, 1, 2), 60 * 24 * 3, GPU_SETTINGS),
     "smoke": Preset("smoke", (0, 1), 1, _settings(
         model="builtin:tiny-llama", sft_config="configs/sft/tiny.yaml", in_process=True,

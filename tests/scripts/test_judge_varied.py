@@ -101,6 +101,12 @@ def test_reproduce_takes_the_papers_own_preset_and_names_its_record(tmp_path: Pa
                              capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
     assert refused.returncode != 0 and "no preset 'cpu-fast'" in refused.stderr
     assert "cpu-varied" in refused.stderr
+    forced = subprocess.run([*run, "--preset", "cpu-varied", "--force", "--print-settings"],
+                            capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert forced.returncode != 0 and "without --force" in forced.stderr
+    shown_cpu = subprocess.run([*run, "--preset", "cpu", "--force", "--print-settings"],
+                               capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert shown_cpu.returncode == 0, shown_cpu.stderr  # the cpu preset kept its --force
     paper: Paper = consistrm.PAPER
     assert docs_json(paper, Path("docs"), "cpu-varied") == Path(
         "docs/grm_consistrm_cpu_varied.json"
