@@ -9,7 +9,9 @@
 # compression_gpu.py: a decoder LM trained inside the command on a corpus with known priors, then
 # the carry-first size comparison, docs/compressor.md) and consistrm (reproduce.py's gpu-window
 # preset: a judge trained from random weights inside the command, then the cpu-varied gate and
-# arms, seed after seed, docs/grm.md). reflectrm and mgs are refused with the reason.
+# arms, seed after seed, docs/grm.md) and reflectrm (scripts/repro/reflectrm_gpu.py: a judge taught
+# every question's arithmetic inside the command, the planted-pairs gate, then reflective vs
+# majority on contested rows, docs/grm.md). mgs is refused with the reason.
 # Usage: bash scripts/gpu_paper.sh PAPER
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +21,9 @@ case ${1:-} in
   tre) SCRIPT=scripts/repro/tre_drift_gpu.py NAME=exploration_drift_gpu ;;
   compression) SCRIPT=scripts/repro/compression_gpu.py NAME=compressor_gpu ;;
   consistrm) SCRIPT=scripts/reproduce.py NAME=grm_consistrm_gpu_window ;;
-  reflectrm|mgs)
-    echo "gpu_paper.sh: $1 has no GPU window yet (docs/plan.md, GPU windows): run tre, consistrm or compression" >&2
+  reflectrm) SCRIPT=scripts/repro/reflectrm_gpu.py NAME=grm_reflectrm_gpu ;;
+  mgs)
+    echo "gpu_paper.sh: mgs has no GPU window yet (docs/plan.md, GPU windows): run tre, reflectrm, consistrm or compression" >&2
     exit 2 ;;
   *) echo "usage: bash scripts/gpu_paper.sh tre|reflectrm|mgs|consistrm|compression" >&2; exit 2 ;;
 esac

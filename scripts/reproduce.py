@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from repro.common import Context, Paper, cached_precheck, cached_run, write_outputs
+from repro.common import Context, Paper, cached_precheck, cached_run, choose_preset, write_outputs
 
 # paper -> (module under scripts/repro/, one line for --help)
 PAPERS: dict[str, tuple[str, str]] = {
@@ -76,27 +76,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return opts
 
 
-def _check_choices(parser_error: str, paper: Paper, opts: argparse.Namespace) -> None:
-    unknown = sorted(set(opts.arms or []) - set(paper.arms))
-    if unknown:
-        raise SystemExit(f"{parser_error}: unknown arms {unknown}; {paper.name} has {paper.arms}")
-    if opts.seeds is not None and len(set(opts.seeds)) != len(opts.seeds):
-        raise SystemExit(f"{parser_error}: --seeds repeats a seed: {opts.seeds}")
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, object] | None:
     opts = parse_args(argv)
     paper = load_paper(opts.paper)
-    _check_choices("reproduce.py", paper, opts)
-    if opts.preset not in paper.presets or (opts.preset == "smoke" and not opts.smoke):
-        named = sorted(set(paper.presets) - {"smoke"})
-        raise SystemExit(f"reproduce.py: {paper.name} has no preset {opts.preset!r}; choose "
-                         f"one of {named} (or --smoke)")  # fmt: skip
-    preset = paper.presets[opts.preset]
-    if opts.force and not preset.forcible:
-        why = "a failed gate is its verdict (see its page)"
-        raise SystemExit(f"reproduce.py: {paper.name}'s preset {preset.name!r} registered its "
-                         f"gate without --force: {why}")  # fmt: skip
+    preset = choose_preset(paper, opts)
     if opts.print_settings:
         print(json.dumps({"preset": preset.name, "seeds": preset.seeds, **preset.settings},
                          indent=1, default=str))  # fmt: skip

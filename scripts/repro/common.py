@@ -366,3 +366,24 @@ def write_outputs(
     if runs:
         paper.plot(runs, ctx.out / f"{paper.name}.png")
     return summary
+
+
+def choose_preset(paper: Paper, opts: Any) -> Preset:
+    """``reproduce.py``'s choices checked against the paper (``opts``: its parsed arguments):
+    known arms, distinct seeds, a preset the paper has (``smoke`` only by ``--smoke``), no
+    ``--force`` where the preset's rule registered none; each refusal names the fix."""
+    unknown = sorted(set(opts.arms or []) - set(paper.arms))
+    if unknown:
+        raise SystemExit(f"reproduce.py: unknown arms {unknown}; {paper.name} has {paper.arms}")
+    if opts.seeds is not None and len(set(opts.seeds)) != len(opts.seeds):
+        raise SystemExit(f"reproduce.py: --seeds repeats a seed: {opts.seeds}")
+    if opts.preset not in paper.presets or (opts.preset == "smoke" and not opts.smoke):
+        named = sorted(set(paper.presets) - {"smoke"})
+        raise SystemExit(f"reproduce.py: {paper.name} has no preset {opts.preset!r}; choose "
+                         f"one of {named} (or --smoke)")  # fmt: skip
+    preset = paper.presets[opts.preset]
+    if opts.force and not preset.forcible:
+        why = "a failed gate is its verdict (see its page)"
+        raise SystemExit(f"reproduce.py: {paper.name}'s preset {preset.name!r} registered its "
+                         f"gate without --force: {why}")  # fmt: skip
+    return preset

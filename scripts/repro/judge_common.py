@@ -176,16 +176,17 @@ def warm_start_rows(
 def warm_rows(pairs: Sequence[ArithPair], settings: Mapping[str, Any]) -> list[dict[str, str]]:
     """The warm start's SFT rows for ``settings["judge_style"]``: ``checked`` (default: one
     target per row, :func:`warm_start_rows`) or ``varied`` (:mod:`repro.judge_varied`)."""
+    from repro.judge_varied import fact_rows, varied_rows
+
     style = settings.get("judge_style", "checked")
     if style == "varied":
-        from repro.judge_varied import fact_rows, varied_rows
-
         rows = varied_rows(pairs, lazy_copies=settings["lazy_copies"], seed=0)
-        copies = settings.get("fact_copies", 0)  # a judge trained from random weights
-        return rows + fact_rows(settings["max_value"], copies) if copies else rows
-    if style != "checked":
+    elif style == "checked":
+        rows = warm_start_rows(pairs, reflection_every=settings["reflection_every"], seed=0)
+    else:
         raise ValueError(f"judge_style {style!r} is not one of 'checked', 'varied'")
-    return warm_start_rows(pairs, reflection_every=settings["reflection_every"], seed=0)
+    copies = settings.get("fact_copies", 0)  # a judge trained from random weights
+    return rows + fact_rows(settings["max_value"], copies) if copies else rows
 
 
 def write_jsonl(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:

@@ -79,10 +79,13 @@ def figures(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def judge(model: str, pairs: list[jc.ArithPair], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every planted prompt through the warm judge's stage 2, in batches."""
+def judge(
+    model: str, pairs: list[jc.ArithPair], settings: dict[str, Any], device: str = "cpu"
+) -> list[dict[str, Any]]:
+    """Every planted prompt through the warm judge's stage 2, in batches, on ``device``."""
     module = jc.judge_module(model, samples=2, seed=0, max_new_tokens=settings["max_new_tokens"])
     module.configure_model()
+    module.to(device)
     module.policy.eval()
     jobs = [q for pair in pairs for q in questions(pair, module.judge_format)]
     size, out = settings["eval_batch_size"], []
