@@ -11,7 +11,8 @@
 # preset: a judge trained from random weights inside the command, then the cpu-varied gate and
 # arms, seed after seed, docs/grm.md) and reflectrm (scripts/repro/reflectrm_gpu.py: a judge taught
 # every question's arithmetic inside the command, the planted-pairs gate, then reflective vs
-# majority on contested rows, docs/grm.md). mgs is refused with the reason.
+# majority on contested rows, docs/grm.md) and mgs (scripts/repro/mgs_gpu.py: a policy trained
+# inside the command, then the measurement study's gate, batches and primary, docs/multidomain.md).
 # Usage: bash scripts/gpu_paper.sh PAPER
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,9 +23,7 @@ case ${1:-} in
   compression) SCRIPT=scripts/repro/compression_gpu.py NAME=compressor_gpu ;;
   consistrm) SCRIPT=scripts/reproduce.py NAME=grm_consistrm_gpu_window ;;
   reflectrm) SCRIPT=scripts/repro/reflectrm_gpu.py NAME=grm_reflectrm_gpu ;;
-  mgs)
-    echo "gpu_paper.sh: mgs has no GPU window yet (docs/plan.md, GPU windows): run tre, reflectrm, consistrm or compression" >&2
-    exit 2 ;;
+  mgs) SCRIPT=scripts/repro/mgs_gpu.py NAME=multidomain_gpu ;;
   *) echo "usage: bash scripts/gpu_paper.sh tre|reflectrm|mgs|consistrm|compression" >&2; exit 2 ;;
 esac
 bash scripts/gpu_check.sh 1 || exit 1  # the wheels into /tmp/site, the GPU's name (40 s at most)

@@ -322,39 +322,16 @@ def warm_start(
     """The warm judge: ``SFTModule`` (``settings["sft_config"]``) fine-tuned on the warm
     pool's judgments, exported to ``warm_dir(out, settings)/warm-judge`` (a HF folder) and
     reused when there; returns (folder, seconds spent now: 0 when reused)."""
-    import time
-
-    from repro.runs import write_fragment
+    from repro.runs import sft_export
 
     rows = warm_rows(pairs, settings)
     # the smoke's random tiny model writes no judgment at all: only the presets need the check
     longest = check_new_tokens(rows, settings) if settings["full_judgments"] else 0
     root = warm_dir(out, settings)
-    export = root / "warm-judge"
-    if (export / "config.json").exists():
-        return export, 0.0
-    data = write_jsonl(rows, root / "warm-start.jsonl")
-    fragment = {
-        "seed_everything": 0,
-        "trainer": {"max_steps": settings["sft_steps"], "max_epochs": -1, "logger": False,
-                    "enable_checkpointing": False, "enable_progress_bar": False,
-                    "accelerator": settings.get("accelerator", "cpu")},
-        "model": {"init_args": {"export_dir": str(export), "optim": {"lr": settings["sft_lr"]},
-                                "model": settings["model"]}},
-        "data": {"init_args": {"tokenizer": settings["model"], "train": str(data), "val": None,
-                               "train_split": "train", "prompt_field": "prompt",
-                               "response_field": "response",
-                               "max_length": settings.get("max_length", 384),
-                               "batch_size": settings["sft_batch_size"]}},
-    }  # fmt: skip
-    config = write_fragment(root / "warm-start.yaml", fragment)
-    log(f"warm start: {len(rows)} SFT rows (targets up to {longest} tokens), "
-        f"{settings['sft_steps']} steps -> {export}")  # fmt: skip
-    start = time.perf_counter()
-    run_fit([Path(settings["sft_config"]), config], in_process=settings["in_process"])
-    if not (export / "config.json").exists():
-        raise RuntimeError(f"the SFT run wrote no HF folder at {export}")
-    return export, time.perf_counter() - start
+    if not (root / "warm-judge" / "config.json").exists():
+        log(f"warm start: {len(rows)} SFT rows (targets up to {longest} tokens), "
+            f"{settings['sft_steps']} steps -> {root / 'warm-judge'}")  # fmt: skip
+    return sft_export(rows, root, dict(settings), in_process=settings["in_process"])
 
 
 def _pair_source(path: Path) -> Any:

@@ -40,6 +40,8 @@ def sample_batch(
 ) -> Rollout:  # fmt: skip
     """The rollout of ``rows`` (``samples`` responses each), as training samples and scores it."""
     batch = collate_prompts(list(rows), pad_token_id=tokenizer.pad_token_id)
+    device = next(policy.parameters()).device  # the GPU window's policy is on CUDA
+    batch = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         return collector.collect(policy, tokenizer, batch, samples_per_prompt=samples,
                                  log_probs=False)  # fmt: skip
@@ -61,7 +63,8 @@ def group_grams(
     (those whose rewards do not all tie: the others' gradient is exactly 0)."""
     group_ids = rollout.group_ids.cpu()
     n_groups = int(group_ids.max()) + 1
-    adv = group_advantages(rollout.scores, group_ids)
+    device = rollout.input_ids.device
+    adv = group_advantages(rollout.scores.cpu(), group_ids)
     live = [g for g in range(n_groups) if bool(adv[group_ids == g].abs().sum() > 0)]
     params = dict(policy.named_parameters())
     order = [n for names in modules.values() for n in names]
@@ -69,14 +72,15 @@ def group_grams(
     n_tokens = rollout.response_mask.sum().clamp(min=1)
     flat = torch.empty(len(live), sum(sizes), dtype=torch.bfloat16)  # bf16: 2 bytes per entry
     for k, group in enumerate(live):
-        rows = (group_ids == group).nonzero().squeeze(1)
+        rows = (group_ids == group).nonzero().squeeze(1).to(device)
         policy.zero_grad(set_to_none=True)
         mask = rollout.response_mask[rows]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             fwd = forward_response(policy, rollout.input_ids[rows], rollout.attention_mask[rows],
                                    rollout.response_ids[rows], temperature=temperature)  # fmt: skip
         per_token, _ = clipped_policy_loss(fwd.log_probs, fwd.log_probs.detach(),
-                                           adv[rows, None].expand(mask.shape), mask)  # fmt: skip
+                                           adv.to(device)[rows, None].expand(mask.shape),
+                                           mask)  # fmt: skip
         (per_token.sum() / n_tokens).backward()
         grads = [params[n].grad for n in order]
         flat[k] = torch.cat([(g if g is not None else torch.zeros_like(params[n])).reshape(-1)

@@ -20,7 +20,6 @@ random judge never passes it), to exercise the path; its verdict says so.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -38,6 +37,7 @@ from repro.common import git_commit  # noqa: E402
 from repro.consistrm import PRESETS  # noqa: E402
 from repro.intervals import Interval, bounded, clustered_difference, seed_difference  # noqa: E402
 from repro.reflectrm_planted import figures, judge, planted_pools  # noqa: E402
+from repro.runs import window_parser  # noqa: E402
 
 _GPU = {"model": "builtin:mid-llama", "sft_config": "configs/sft/tiny.yaml", "in_process": True,
         "accelerator": "auto", "device": "cuda", "max_value": 20, "judge_style": "checked",
@@ -120,12 +120,8 @@ def verdict(gate: Mapping[str, Any], result: Mapping[str, Any] | None, s: Mappin
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--regime", choices=sorted(REGIMES), default="gpu")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "reflectrm_gpu")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "grm_reflectrm_gpu.json")
-    parser.add_argument("--budget-s", type=float, default=400.0, help="no seed starts after")
-    opts = parser.parse_args(argv)
+    work, out = ROOT / "runs" / "reflectrm_gpu", ROOT / "docs" / "grm_reflectrm_gpu.json"
+    opts = window_parser(__doc__ or "", list(REGIMES), work, out).parse_args(argv)
     s = REGIMES[opts.regime]
     t0 = time.monotonic()
     record: dict[str, Any] = {

@@ -61,6 +61,60 @@ def write_fragment(path: Path, fragment: dict[str, Any]) -> Path:
     return path
 
 
+def sft_export(
+    rows: Sequence[dict[str, str]], root: Path, s: dict[str, Any] | Any, *, in_process: bool
+) -> tuple[Path, float]:
+    """``SFTModule`` (the config ``s["sft_config"]``) fine-tuned on ``rows`` (``prompt`` ->
+    ``response``; settings ``model``, ``sft_steps``, ``sft_lr``, ``sft_batch_size``, optional
+    ``max_length`` and ``accelerator``), exported to ``root/<name>`` where ``name`` is
+    ``s.get("export_name", "warm-judge")``: a HF folder, reused when there. Returns (folder,
+    seconds spent now: 0 when reused)."""
+    import json
+
+    export = root / s.get("export_name", "warm-judge")
+    if (export / "config.json").exists():
+        return export, 0.0
+    data = root / "sft-rows.jsonl" if "export_name" in s else root / "warm-start.jsonl"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fragment = {
+        "seed_everything": 0,
+        "trainer": {"max_steps": s["sft_steps"], "max_epochs": -1, "logger": False,
+                    "enable_checkpointing": False, "enable_progress_bar": False,
+                    "accelerator": s.get("accelerator", "cpu")},
+        "model": {"init_args": {"export_dir": str(export), "optim": {"lr": s["sft_lr"]},
+                                "model": s["model"]}},
+        "data": {"init_args": {"tokenizer": s["model"], "train": str(data), "val": None,
+                               "train_split": "train", "prompt_field": "prompt",
+                               "response_field": "response",
+                               "max_length": s.get("max_length", 384),
+                               "batch_size": s["sft_batch_size"]}},
+    }  # fmt: skip
+    config = write_fragment(data.with_suffix(".yaml"), fragment)
+    start = time.perf_counter()
+    if in_process:
+        cli_in_process("fit", [Path(s["sft_config"]), config])
+    else:
+        run_timed(cli_command("fit", [Path(s["sft_config"]), config]))
+    if not (export / "config.json").exists():
+        raise RuntimeError(f"the SFT run wrote no HF folder at {export}")
+    return export, time.perf_counter() - start
+
+
+def window_parser(doc: str, regimes: Sequence[str], work: Path, out: Path) -> Any:
+    """The arguments of a GPU window script (``scripts/gpu_paper.sh`` passes ``--work`` and
+    ``--out``): ``--regime`` (gpu, or smoke on the CPU), ``--work``, ``--out`` and
+    ``--budget-s`` (no seed or batch starts once the time spent plus the last one's exceeds it)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--regime", choices=sorted(regimes), default="gpu")
+    parser.add_argument("--work", type=Path, default=work, help="the SFT export and pools")
+    parser.add_argument("--out", type=Path, default=out, help="the JSON record")
+    parser.add_argument("--budget-s", type=float, default=400.0, help="no new seed or batch after")
+    return parser
+
+
 def cli_command(subcommand: str, configs: Sequence[Path | str]) -> list[str]:
     """``python -m lit_rlhf.cli <subcommand> --config c1 --config c2 ...`` as an argv list."""
     return [sys.executable, "-m", "lit_rlhf.cli", subcommand,

@@ -33,9 +33,10 @@ def test_the_smoke_window_trains_the_policy_and_records_every_seed(tmp_path: Pat
     assert json.loads(out.read_text())["primary"] == record["primary"]
 
 
-def test_the_window_refuses_a_paper_without_one() -> None:
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_paper.sh"), "mgs"],
+def test_the_window_refuses_an_unknown_paper_with_its_usage() -> None:
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_paper.sh"), "dpo"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 2 and "has no GPU window yet" in done.stderr
+    assert done.returncode == 2 and "usage" in done.stderr
+    assert "tre|reflectrm|mgs|consistrm|compression" in done.stderr
     assert "usage" in subprocess.run(["bash", str(ROOT / "scripts" / "gpu_paper.sh")],
                                      capture_output=True, text=True, timeout=60).stderr  # fmt: skip
