@@ -113,7 +113,9 @@ def primary(by_seed: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any
 def verdict(gate: Mapping[str, Any], result: Mapping[str, Any] | None, s: Mapping[str, Any]) -> str:
     if not gate["passes"] and not s.get("smoke"):
         return "not testable in the window (the judge's stage 2 does not read the analyses)"
-    if result is None or result["contested_rows"] < s["min_contested"]:
+    if result is None:
+        return "not testable in the window (no seed of the comparison finished in time)"
+    if result["contested_rows"] < s["min_contested"]:
         return f"not testable in the window (fewer than {s['min_contested']} contested rows)"
     prefix = "smoke (gate ignored): " if s.get("smoke") else ""
     return prefix + ("shown" if result["shown"] else "not shown")

@@ -61,6 +61,7 @@ def test_the_registered_verdicts() -> None:
     s = rg.REGIMES["gpu"]
     fails, passes = {"passes": False}, {"passes": True}
     assert "does not read the analyses" in rg.verdict(fails, None, s)
+    assert "no seed" in rg.verdict(passes, None, s)
     few = {"contested_rows": s["min_contested"] - 1, "shown": True}
     assert "fewer than 48 contested rows" in rg.verdict(passes, few, s)
     enough = {"contested_rows": s["min_contested"], "shown": False}
@@ -97,5 +98,5 @@ def test_a_spent_budget_starts_no_seed(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     args = ["--regime", "smoke", "--work", str(tmp_path / "w"), "--out", str(out)]
     record = rg.main([*args, "--budget-s", "0"])
-    assert record["seeds"] == {} and "fewer than" in record["verdict"]
+    assert record["seeds"] == {} and "no seed of the comparison finished" in record["verdict"]
     assert json.loads(out.read_text())["gate"]["prompts"] == 8  # the gate's record is kept
