@@ -80,11 +80,15 @@ def test_the_gpu_regime_teaches_every_question_and_fits_its_targets() -> None:
 
 
 def test_the_smoke_window_trains_the_judge_then_gates_and_compares(tmp_path: Path) -> None:
-    out = tmp_path / "r.json"
-    record = rg.main(["--regime", "smoke", "--work", str(tmp_path / "w"), "--out", str(out)])
+    out, work = tmp_path / "r.json", str(tmp_path / "w")
+    spent = rg.main(["--regime", "smoke", "--work", work, "--out", str(out), "--budget-s", "0"])
+    assert spent["seeds"] == {} and "no seed of the comparison finished" in spent["verdict"]
+    assert spent["sft_seconds"] > 0  # trained inside the command
+    assert json.loads(out.read_text())["gate"]["prompts"] == 8  # the gate's record is kept
+    record = rg.main(["--regime", "smoke", "--work", work, "--out", str(out)])
+    assert record["sft_seconds"] == 0.0  # the judge trained above is reused
     saved = json.loads(out.read_text())
     assert saved["verdict"] == record["verdict"] and saved["commit"]
-    assert record["sft_seconds"] > 0  # trained inside the command
     gate = saved["gate"]
     assert gate["prompts"] == len(gate["rows"]) == 8  # 4 development pairs x 2 orders
     assert set(saved["seeds"]) == {"0", "1"}  # the comparison ran seed after seed
@@ -92,11 +96,3 @@ def test_the_smoke_window_trains_the_judge_then_gates_and_compares(tmp_path: Pat
         assert len(rows) == 16  # 8 reserved pairs x 2 orders, each with its votes
         assert all(len(r["votes"]) == 2 for r in rows)
     assert "primary" in saved and saved["verdict"].startswith(("smoke", "not testable"))
-
-
-def test_a_spent_budget_starts_no_seed(tmp_path: Path) -> None:
-    out = tmp_path / "r.json"
-    args = ["--regime", "smoke", "--work", str(tmp_path / "w"), "--out", str(out)]
-    record = rg.main([*args, "--budget-s", "0"])
-    assert record["seeds"] == {} and "no seed of the comparison finished" in record["verdict"]
-    assert json.loads(out.read_text())["gate"]["prompts"] == 8  # the gate's record is kept
