@@ -30,7 +30,7 @@ from repro.common import git_commit  # noqa: E402
 from repro.runs import sft_export, window_parser  # noqa: E402
 
 _SFT = {"model": "builtin:mid-llama", "sft_config": "configs/sft/tiny.yaml",
-        "export_name": "sft-policy", "sft_steps": 600, "sft_lr": 1e-3, "sft_batch_size": 32,
+        "sft_steps": 600, "sft_lr": 1e-3, "sft_batch_size": 32,
         "max_length": 256, "arithmetic_copies": 4, "chat_copies": 8}  # fmt: skip
 REGIMES: dict[str, dict[str, Any]] = {
     "gpu": {**mm.settings(smoke=False), **_SFT, "bf16": False, "device": "cuda",
@@ -79,7 +79,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     data = mm.pools(s, s["model"])
     rows = sft_rows(s, data)
-    policy_dir, sft_s = sft_export(rows, opts.work / opts.regime, s, in_process=True)
+    policy_dir, sft_s = sft_export(
+        rows,
+        opts.work / opts.regime,
+        s,
+        in_process=True,
+        export_name="sft-policy",
+        data_name="sft-rows",
+    )
     s["embedder"] = str(policy_dir)  # chat's encoder: the policy itself
     record.update(settings=s, sft={"rows": len(rows), "seconds": round(sft_s, 1)})
     measurer = mm.Measurer(s, load_causal_lm(str(policy_dir)).to(s["device"]),

@@ -65,6 +65,7 @@ def group_grams(
     n_groups = int(group_ids.max()) + 1
     device = rollout.input_ids.device
     adv = group_advantages(rollout.scores.cpu(), group_ids)
+    adv_on_device = adv.to(device)
     live = [g for g in range(n_groups) if bool(adv[group_ids == g].abs().sum() > 0)]
     params = dict(policy.named_parameters())
     order = [n for names in modules.values() for n in names]
@@ -79,7 +80,7 @@ def group_grams(
             fwd = forward_response(policy, rollout.input_ids[rows], rollout.attention_mask[rows],
                                    rollout.response_ids[rows], temperature=temperature)  # fmt: skip
         per_token, _ = clipped_policy_loss(fwd.log_probs, fwd.log_probs.detach(),
-                                           adv.to(device)[rows, None].expand(mask.shape),
+                                           adv_on_device[rows, None].expand(mask.shape),
                                            mask)  # fmt: skip
         (per_token.sum() / n_tokens).backward()
         grads = [params[n].grad for n in order]

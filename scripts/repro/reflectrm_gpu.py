@@ -101,10 +101,9 @@ def primary(by_seed: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any
                 statistics.fmean(r["reflective_score"] - r["majority_score"] for r in hard)
             )
     pooled = clustered_difference({"pooled": treat}, {"pooled": base}, clusters)
-    per_seed = seed_difference(diffs, bounded(0.0, 1.0)) if len(diffs) > 1 else Interval.of(diffs)
+    t = seed_difference(diffs, bounded(0.0, 1.0)) if len(diffs) > 1 else None
     interval = Interval(pooled.mean, pooled.low, pooled.high, len(diffs), pooled.method,
-                        per_seed.low if len(diffs) > 1 else None,
-                        per_seed.high if len(diffs) > 1 else None)  # fmt: skip
+                        t.low if t else None, t.high if t else None)  # fmt: skip
     return {"contested_rows": len(treat), "contested_pairs": len(set(clusters.values())),
             "per_seed_differences": diffs, "reflective_minus_majority": interval.as_dict(),
             "shown": interval.excludes_zero() and interval.mean > 0}  # fmt: skip

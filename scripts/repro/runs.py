@@ -62,19 +62,20 @@ def write_fragment(path: Path, fragment: dict[str, Any]) -> Path:
 
 
 def sft_export(
-    rows: Sequence[dict[str, str]], root: Path, s: dict[str, Any] | Any, *, in_process: bool
-) -> tuple[Path, float]:
+    rows: Sequence[dict[str, str]], root: Path, s: dict[str, Any] | Any, *, in_process: bool,
+    export_name: str = "warm-judge", data_name: str = "warm-start",
+) -> tuple[Path, float]:  # fmt: skip
     """``SFTModule`` (the config ``s["sft_config"]``) fine-tuned on ``rows`` (``prompt`` ->
     ``response``; settings ``model``, ``sft_steps``, ``sft_lr``, ``sft_batch_size``, optional
-    ``max_length`` and ``accelerator``), exported to ``root/<name>`` where ``name`` is
-    ``s.get("export_name", "warm-judge")``: a HF folder, reused when there. Returns (folder,
+    ``max_length`` and ``accelerator``), exported to ``root/export_name`` (a HF folder, reused
+    when there; the rows and config go to ``root/data_name.jsonl`` / ``.yaml``). Returns (folder,
     seconds spent now: 0 when reused)."""
     import json
 
-    export = root / s.get("export_name", "warm-judge")
+    export = root / export_name
     if (export / "config.json").exists():
         return export, 0.0
-    data = root / "sft-rows.jsonl" if "export_name" in s else root / "warm-start.jsonl"
+    data = root / f"{data_name}.jsonl"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     fragment = {
