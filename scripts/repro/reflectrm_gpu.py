@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from repro import judge_common as jc  # noqa: E402
 from repro.common import git_commit  # noqa: E402
 from repro.consistrm import PRESETS  # noqa: E402
-from repro.intervals import Interval, bounded, clustered_difference, seed_difference  # noqa: E402
+from repro.intervals import Interval, clustered_difference  # noqa: E402
 from repro.reflectrm_planted import figures, judge, planted_pools  # noqa: E402
 from repro.runs import window_parser  # noqa: E402
 
@@ -101,7 +101,7 @@ def primary(by_seed: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any
                 statistics.fmean(r["reflective_score"] - r["majority_score"] for r in hard)
             )
     pooled = clustered_difference({"pooled": treat}, {"pooled": base}, clusters)
-    t = seed_difference(diffs, bounded(0.0, 1.0)) if len(diffs) > 1 else None
+    t = Interval.of(diffs) if len(diffs) > 1 else None  # the registered t-interval over seeds
     interval = Interval(pooled.mean, pooled.low, pooled.high, len(diffs), pooled.method,
                         t.low if t else None, t.high if t else None)  # fmt: skip
     return {"contested_rows": len(treat), "contested_pairs": len(set(clusters.values())),

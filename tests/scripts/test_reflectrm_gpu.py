@@ -55,6 +55,12 @@ def test_the_primary_is_not_shown_when_reflection_loses_or_ties() -> None:
     result = rg.primary({"0": rows, "1": rows})
     assert result["reflective_minus_majority"]["mean"] == pytest.approx(0.0)
     assert not result["shown"]
+    # the t beside the bootstrap is the t-interval of the per-seed differences
+    spread = [_row("p0", o, r, 0.0) for o, r in ((0, 1.0), (1, 0.0))]
+    both = rg.primary({"0": spread, "1": [_row("p0", 0, 1.0, 0.0), _row("p0", 1, 1.0, 0.0)]})
+    assert both["per_seed_differences"] == [0.5, 1.0]
+    half = 12.706 * 0.3536 / 2**0.5  # t(0.975, 1) x sd / sqrt(n)
+    assert both["reflective_minus_majority"]["t_low"] == pytest.approx(0.75 - half, abs=1e-3)
 
 
 def test_the_registered_verdicts() -> None:
