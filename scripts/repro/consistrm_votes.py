@@ -8,7 +8,8 @@ the pools).
 
 Per temperature: majority-of-8 (the first 8 samples) and majority-of-all accuracy, a random
 sample's accuracy, the format-valid share, the majority-of-8 positional consistency and the wall
-time; printed, and written to ``runs/reproduce/consistrm/cpu/votes.json``. Results: docs/grm.md.
+time; printed, and written to ``runs/reproduce/consistrm/cpu/votes.json``. Results:
+docs/history/grm.md.
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def analysis(pair: ArithPair, *, swapped: bool = False, value: int | None = None
     checked = pair.right if value is None else value
     # the conclusion names the response that states the checked value, right before the
     # verdict: the verdict then copies it (a 135M judge did not learn to match the values
-    # itself: the third pre-check, docs/grm.md)
+    # itself: the third pre-check, docs/history/grm.md)
     said = "Response 1" if v1 == checked else "Response 2" if v2 == checked else "neither"
     return f"Response 1 says {v1}. Response 2 says {v2}. {pair.expr} = {checked}, as {said} says."
 

@@ -16,7 +16,7 @@ is the plain sum), ``null`` (the mixed run with the domain labels permuted acros
 prompts before the per-domain split: the conflicts random labels give; same batches, same
 training), ``pcgrad`` (PCGrad on the flattened gradient) and ``mgs`` (PCGrad per attention / MLP
 module). Primary: ``conflict_gap`` = mean over steps of (per-module - global conflict
-fraction), mixed minus null, expected > 0 (docs/multidomain.md).
+fraction), mixed minus null, expected > 0 (docs/history/multidomain.md).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _TINY = "builtin:tiny-llama"
 PRESETS = {
     "cpu": Preset("cpu", (0, 1, 2), 60.0, {
         "configs": [CPU_CONFIG],
-        # measured with 36 / 36 / 24: 5, 7 and 24 kept (docs/multidomain.md), so larger pools
+        # measured with 36 / 36 / 24: 5, 7, 24 kept (docs/history/multidomain.md): larger pools
         "pools": {"countdown": 72, "ifeval": 48, "chat": 24},
         "min_pool": 8, "variance_floor": 1e-6, "precheck_batch": 12,
         "steps": 8, "batch_size": 6,

@@ -17,9 +17,9 @@ out of the CPU preset: the pre-check's inference alone takes its budget (docs/gr
 The PNG has three panels, each with its own figures: accuracy and positional consistency per
 inference rule, and a random sample's accuracy against the anchor's; per seed a point, and
 the mean with its 95 % t-interval. Redraw it from a runner's ``results.json`` or from a JSON of
-figure rows (``docs/grm_reflectrm.json``, made from the tables of docs/grm.md):
+figure rows (``docs/history/grm_reflectrm.json``, made from the tables now in docs/history/grm.md):
 
-    python scripts/repro/reflectrm.py --replot docs/grm_reflectrm.json   # -> docs/grm_reflectrm.png
+    python scripts/repro/reflectrm.py --replot docs/history/grm_reflectrm.json   # -> its .png
 """
 
 from __future__ import annotations

@@ -35,9 +35,10 @@ from repro.tre_runs import (
 
 CALLBACKS = "lit_rlhf.callbacks"
 ALPHA = 0.001  # the authors' weight for the entropy bonus and TRE (METHODS.md sec. 1)
-# The CPU preset's deviation (docs/exploration.md): on one batch of 16 SmolLM2 Countdown samples
-# the bonus gradient is 0.4 % (entropy) / 0.6 % (TRE-K) of the policy gradient's norm at 0.001;
-# 0.01 over 40 rollout steps gives alpha x steps = 0.40, the authors' 0.001 x 406 steps = 0.41.
+# The CPU preset's deviation (docs/history/exploration.md): on one batch of 16 SmolLM2 Countdown
+# samples the bonus gradient is 0.4 % (entropy) / 0.6 % (TRE-K) of the policy gradient's norm at
+# 0.001; 0.01 over 40 rollout steps gives alpha x steps = 0.40, the authors' 0.001 x 406 steps =
+# 0.41.
 CPU_ALPHA = 0.01
 
 

@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     model_name = "builtin:tiny-llama" if opts.smoke else "builtin:smollm2-135m-instruct"
     opts.prompts, opts.new_tokens = (4, 4) if opts.smoke else (8, 16)
     opts.gain, opts.max_steps = (0.05, 5) if opts.smoke else (0.3, 40)
-    # step size from the pilot on seed 0 (docs/exploration.md): 2e-4 reached the gain in 5 steps
+    # step size from the pilot on seed 0 (docs/history/exploration.md): 2e-4 reached the gain in
+    # 5 steps
     opts.lr = {"entropy": 0.05, "tre-k": 0.05} if opts.smoke else {"entropy": 1e-4, "tre-k": 1e-4}
     seeds = opts.seeds[:1] if opts.smoke else opts.seeds
     torch.manual_seed(0)
