@@ -145,8 +145,9 @@ class ConsistRM(Paper):
 
     def _judged(self, ctx: Context, pool: str, *, seed: int) -> list[jc.Judged]:
         s = ctx.settings
-        return jc.judge_pool(
-            jc.warm_judge(ctx.out, ctx.settings), self._pool_path(ctx, pool), samples=s["samples"],
+        return jc.judge_pool_cached(
+            ctx.out / "judged" / f"{pool}-seed{seed}.json", jc.warm_judge(ctx.out, ctx.settings),
+            self._pool_path(ctx, pool), samples=s["samples"],
             seed=seed, max_new_tokens=s["max_new_tokens"], batch_size=s["eval_batch_size"],
             accelerator=s.get("accelerator", "cpu"),
         )  # fmt: skip

@@ -412,6 +412,27 @@ def judge_pool(
     ]  # fmt: skip
 
 
+def judge_pool_cached(cache: Path, model: str, pairs_path: Path, **kw: Any) -> list[Judged]:
+    """:func:`judge_pool`, its rows kept in ``cache`` (JSON) with what made them: the judge's
+    folder, the pool's text and the options. A stopped run reuses them instead of judging the
+    pool again; a different judge, pool or option judges afresh and overwrites the file."""
+    import hashlib
+
+    key = {"model": str(model), "pool_sha256": hashlib.sha256(pairs_path.read_bytes()).hexdigest(),
+           "options": {k: kw[k] for k in sorted(kw)}}  # fmt: skip
+    if cache.exists():
+        record = json.loads(cache.read_text())
+        if record.get("key") == key:
+            return [Judged(**{**r, "votes": tuple(r["votes"])}) for r in record["rows"]]
+    judged = judge_pool(model, pairs_path, **kw)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{**j.__dict__, "votes": list(j.votes)} for j in judged]
+    partial = cache.with_suffix(".partial")
+    partial.write_text(json.dumps({"key": key, "rows": rows}))
+    partial.replace(cache)  # a kill mid-write leaves no half file behind
+    return judged
+
+
 def run_fit(configs: Sequence[Path], *, in_process: bool) -> float:
     """``lit-rlhf fit`` over ``configs``: a subprocess (the presets), or in this process (the
     smoke, where a fresh interpreter per run would cost more than the run); its wall time."""

@@ -139,3 +139,29 @@ def test_the_gpu_window_preset_runs_its_path_on_cpu_at_smoke_scale(tmp_path: Pat
     assert 0.0 <= figures["accuracy"] <= 1.0 and len(figures["rows"]) == 4
     config = yaml.safe_load((ctx.out / "consistrm" / "seed0" / "config.yaml").read_text())
     assert config["trainer"]["accelerator"] == "auto"
+
+
+def test_judged_rows_are_reused_until_the_judge_the_pool_or_an_option_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"query_id": "q0"}\n')
+    calls: list[tuple[str, dict]] = []
+    row = jc.Judged("f0", 1, None, (1, None, -1), 1, 0, "q0")
+
+    def fake(model: str, pairs_path: Path, **kw: object) -> list[jc.Judged]:
+        calls.append((model, dict(kw)))
+        return [row]
+
+    monkeypatch.setattr(jc, "judge_pool", fake)
+    cache = tmp_path / "judged" / "unlabelled-seed0.json"
+    first = jc.judge_pool_cached(cache, "judge-a", pool, samples=3, seed=0)
+    again = jc.judge_pool_cached(cache, "judge-a", pool, samples=3, seed=0)
+    assert first == again == [row] and len(calls) == 1  # None votes and tuples survive JSON
+    jc.judge_pool_cached(cache, "judge-b", pool, samples=3, seed=0)
+    jc.judge_pool_cached(cache, "judge-b", pool, samples=3, seed=1)
+    pool.write_text('{"query_id": "q1"}\n')
+    jc.judge_pool_cached(cache, "judge-b", pool, samples=3, seed=1)
+    assert [c[0] for c in calls] == ["judge-a", "judge-b", "judge-b", "judge-b"]
+    assert calls[2][1] == {"samples": 3, "seed": 1}
+    assert not cache.with_suffix(".partial").exists()

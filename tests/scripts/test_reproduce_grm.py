@@ -118,7 +118,18 @@ def test_smoke_runs_every_arm_and_seed_then_reuses_the_cache(
     tmp_path: Path, monkeypatch, paper: str
 ) -> None:
     module = {"consistrm": consistrm, "reflectrm": reflectrm}[paper]
+    judged: list[str] = []  # every pool the warm judge judges, in order
+    real_judge_pool = jc.judge_pool
+
+    def counting(model: str, pairs_path: Path, **kw: object) -> list[jc.Judged]:
+        judged.append(pairs_path.stem)
+        return real_judge_pool(model, pairs_path, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jc, "judge_pool", counting)
     reproduce.main([paper, "--smoke", "--force", "--out", str(tmp_path)])
+    if paper == "consistrm":  # the memory's seed votes reuse the pre-check's judged rows
+        assert judged == ["unlabelled", "eval"]
+        assert (tmp_path / paper / "smoke" / "judged" / "unlabelled-seed0.json").exists()
     out = tmp_path / paper / "smoke"
     results = json.loads((out / "results.json").read_text())
     assert set(results["runs"]) == set(module.PAPER.arms)
