@@ -158,6 +158,22 @@ def add_engine(ctx: Context, policy: Architecture, policy_params: int, dtype: st
                  "detection (snapshot_device: cpu moves it off the GPU)"))  # fmt: skip
 
 
+def add_teacher(ctx: Context, dtype: str) -> None:
+    """On-policy distillation's teacher: frozen in the module, in the reference's dtype
+    (``precision.reference_dtype``, else ``precision.dtype``); none here when
+    ``distill.teacher_urls`` serves it from other processes."""
+    distill = cfg.group(ctx.config, "distill")
+    teacher = distill.get("teacher")
+    if not teacher:
+        return
+    if distill.get("teacher_urls"):
+        ctx.add(Item(f"distillation teacher: {teacher}", 0, "both", "frozen",
+                     "served at distill.teacher_urls"))  # fmt: skip
+        return
+    ref = cfg.group(ctx.config, "precision").get("reference_dtype") or dtype
+    add_frozen(ctx, "distillation teacher", str(teacher), str(ref), note="distill.teacher")
+
+
 def add_reward_models(ctx: Context) -> None:
     """Scalar reward models, judges and embedders, each loaded whole on every GPU."""
     args = cfg.module_args(ctx.config)

@@ -15,6 +15,7 @@ from lit_rlhf.plan.build import (
     add_frozen,
     add_reward_models,
     add_surgery,
+    add_teacher,
     add_trained,
     ceil_div,
     floor_bytes,
@@ -105,6 +106,7 @@ def rl_plan(ctx: Context) -> Result:
     if float(cfg.group(ctx.config, "kl").get("coef") or 0) > 0 and lora == 0:
         ref = cfg.group(ctx.config, "precision").get("reference_dtype") or dtype
         add_frozen(ctx, "reference", model, str(ref), note="kl.coef > 0")
+    add_teacher(ctx, dtype)
     add_reward_models(ctx)
     add_engine(ctx, policy, trainable, dtype, shapes, batch.per_rank)
     add_surgery(ctx, trainable)
