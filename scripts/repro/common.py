@@ -124,6 +124,9 @@ class Paper:
     curve_xlabels: ClassVar[dict[str, str]] = {}
     # each metric's kind, which picks its interval (repro.intervals); undeclared: t-interval
     metric_kinds: ClassVar[dict[str, Kind]] = {}
+    # arm -> figures it does not measure (left out of its summary and differences, not scored
+    # by the collapse rule as the worst value)
+    not_measured: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def precheck(self, ctx: Context) -> Figures:
         """Cheap figures that decide whether the arms can show the mechanism; must hold
@@ -201,6 +204,11 @@ def summarize(paper: Paper, runs: dict[str, dict[int, Figures]], precheck: Figur
     verdict, and paired differences of every table metric against the primary baseline; each
     interval drawn as the metric's declared kind asks (``interval_method`` says which)."""
     kinds = paper.metric_kinds
+    runs = {
+        arm: {s: {k: v for k, v in f.items() if k not in paper.not_measured.get(arm, ())}
+              for s, f in by_seed.items()}
+        for arm, by_seed in runs.items()
+    }  # fmt: skip
     arms: dict[str, dict[str, Any]] = {}
     for arm, by_seed in runs.items():
         keys = sorted({k for f in by_seed.values() for k, v in f.items() if _is_scalar(v)})

@@ -98,6 +98,8 @@ class ConsistRM(Paper):
         "positional_consistency": bounded(0.0, 1.0),
         "pseudo_label_accuracy": bounded(0.0, 1.0),
     }
+    # gold labels: no pseudo-labels (its NaN is "not measured", not a collapsed judge)
+    not_measured: ClassVar[dict[str, tuple[str, ...]]] = {"rft": ("pseudo_label_accuracy",)}
     table_metrics = ("accuracy", "positional_consistency", "pseudo_label_accuracy")
     curve_keys = ("accuracy", "positional_consistency", "pseudo_label_accuracy")
 

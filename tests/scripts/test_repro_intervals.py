@@ -167,3 +167,28 @@ def test_summarize_draws_each_metric_as_its_kind() -> None:
     primary = summary["primary"]["difference"]
     assert primary["interval_method"] == "percentile bootstrap" and "t_low" in primary
     assert summary["primary"]["verdict"] == "not shown"
+
+
+def test_a_figure_an_arm_does_not_measure_is_left_out_not_scored_worst() -> None:
+    # ConsistRM's rft arm has no pseudo-labels (NaN): declared not measured, it is "n/a" in its
+    # row and in its difference; the same NaN in an arm that measures it is a collapse (worst)
+    from repro.common import Paper, Primary, results_markdown
+
+    class Fake(Paper):
+        name, arms = "fake", ("gold", "free", "base")
+        primary = Primary("acc", "free", "base", +1)
+        table_metrics = ("acc", "pseudo")
+        metric_kinds = {"acc": iv.bounded(0.0, 1.0), "pseudo": iv.bounded(0.0, 1.0)}  # noqa: RUF012
+        not_measured = {"gold": ("pseudo",)}  # noqa: RUF012
+
+    nan = float("nan")
+    runs = {"gold": {0: {"acc": 0.8, "pseudo": nan}},
+            "free": {0: {"acc": 0.7, "pseudo": nan}},
+            "base": {0: {"acc": 0.5, "pseudo": 0.6}}}  # fmt: skip
+    summary = summarize(Fake(), runs, {"go": True})
+    assert "pseudo" not in summary["arms"]["gold"]
+    assert summary["arms"]["free"]["pseudo"]["mean"] == 0.0  # collapsed: the worst value
+    assert math.isnan(summary["differences"]["gold - base"]["pseudo"]["mean"])
+    assert summary["differences"]["free - base"]["pseudo"]["mean"] == pytest.approx(-0.6)
+    table = results_markdown(Fake(), summary, {"go": True}, [0])
+    assert "| gold | 0.800 (1 seed) | n/a |" in table
