@@ -92,21 +92,24 @@ def test_the_warm_judge_key_covers_the_style_and_keeps_the_cpu_presets(tmp_path:
     )
 
 
-def test_reproduce_takes_the_papers_own_preset_and_names_its_record(tmp_path: Path) -> None:
+def test_reproduce_takes_the_papers_own_preset_and_names_its_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     run = [sys.executable, str(ROOT / "scripts" / "reproduce.py"), "consistrm"]
     shown = subprocess.run([*run, "--preset", "cpu-varied", "--print-settings"],
                            capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
     assert shown.returncode == 0 and '"judge_style": "varied"' in shown.stdout
-    refused = subprocess.run([*run, "--preset", "cpu-fast", "--print-settings"],
-                             capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-    assert refused.returncode != 0 and "no preset 'cpu-fast'" in refused.stderr
-    assert "cpu-varied" in refused.stderr
-    forced = subprocess.run([*run, "--preset", "cpu-varied", "--force", "--print-settings"],
-                            capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-    assert forced.returncode != 0 and "without --force" in forced.stderr
-    shown_cpu = subprocess.run([*run, "--preset", "cpu", "--force", "--print-settings"],
-                               capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-    assert shown_cpu.returncode == 0, shown_cpu.stderr  # the cpu preset kept its --force
+    import reproduce  # the refusals in this process (a subprocess each cost 5 s)
+
+    with pytest.raises(SystemExit) as refused:
+        reproduce.main(["consistrm", "--preset", "cpu-fast", "--print-settings"])
+    assert "no preset 'cpu-fast'" in str(refused.value) and "cpu-varied" in str(refused.value)
+    with pytest.raises(SystemExit) as forced:
+        reproduce.main(["consistrm", "--preset", "cpu-varied", "--force", "--print-settings"])
+    assert "without --force" in str(forced.value)
+    reproduce.main(["consistrm", "--preset", "cpu", "--force", "--print-settings"])
+    out = capsys.readouterr().out  # the cpu preset kept its --force
+    assert '"sft_steps"' in out and '"varied"' not in out
     paper: Paper = consistrm.PAPER
     assert docs_json(paper, Path("docs"), "cpu-varied") == Path(
         "docs/grm_consistrm_cpu_varied.json"
