@@ -80,6 +80,11 @@ class Preset:
     budget_minutes: float
     settings: dict[str, Any] = field(default_factory=dict)
     forcible: bool = True
+    # the registered rule's seed count (fewer: "too few seeds") and positive control
+    # (treatment, baseline) whose difference must exclude 0 on the positive side, else the
+    # primary is "not testable"; neither is a setting, so neither changes the fingerprint
+    verdict_seeds: int = 2
+    control: tuple[str, str] | None = None
 
     def fingerprint(self) -> str:
         blob = json.dumps(self.settings, sort_keys=True, default=str)
@@ -199,7 +204,10 @@ def cached_run(paper: Paper, ctx: Context, arm: str, seed: int) -> Figures:
     return figures
 
 
-def summarize(paper: Paper, runs: dict[str, dict[int, Figures]], precheck: Figures) -> Figures:
+def summarize(
+    paper: Paper, runs: dict[str, dict[int, Figures]], precheck: Figures,
+    preset: Preset | None = None,
+) -> Figures:  # fmt: skip
     """Per arm and scalar figure: the interval over seeds; the primary paired difference, its
     verdict, and paired differences of every table metric against the primary baseline; each
     interval drawn as the metric's declared kind asks (``interval_method`` says which)."""
@@ -225,7 +233,7 @@ def summarize(paper: Paper, runs: dict[str, dict[int, Figures]], precheck: Figur
         for arm in runs
         if arm != p.baseline
     }
-    return {
+    summary: dict[str, Any] = {
         "arms": arms,
         "primary": {
             "metric": p.metric,
@@ -238,6 +246,32 @@ def summarize(paper: Paper, runs: dict[str, dict[int, Figures]], precheck: Figur
         },
         "differences": diffs,
     }
+    if preset is not None:
+        apply_registered_rule(summary, preset, runs, kinds.get(p.metric, UNDECLARED))
+    return summary
+
+
+def apply_registered_rule(summary: dict[str, Any], preset: Preset,
+                          runs: dict[str, dict[int, Figures]], kind: Kind) -> None:  # fmt: skip
+    """A preset's own rule on top of the verdict: its seed count, then its positive control
+    (kept in ``summary["control"]``)."""
+    primary = summary["primary"]
+    if primary["verdict"].startswith("not testable"):
+        return
+    if primary["difference"].get("n", 0) < preset.verdict_seeds:
+        primary["verdict"] = f"too few seeds (the rule registered {preset.verdict_seeds})"
+        return
+    if preset.control is None:
+        return
+    treatment, baseline = preset.control
+    if treatment not in runs:
+        primary["verdict"] = f"no verdict: the registered control {treatment} did not run"
+        return
+    control = paired_difference(runs, primary["metric"], treatment, baseline, kind)
+    summary["control"] = {"treatment": treatment, "baseline": baseline, **control.as_dict()}
+    if not (control.excludes_zero() and control.mean > 0):
+        primary["verdict"] = (f"not testable at this scale: the control {treatment} - "
+                              f"{baseline} does not exclude 0 on the positive side")  # fmt: skip
 
 
 def _is_scalar(value: Any) -> bool:
@@ -352,7 +386,7 @@ def write_outputs(
     the git commit) and ``<paper>.png`` under the preset folder; with ``docs``, ``results.json``
     is also copied to :func:`docs_json` (the record beside the page's PNG). Returns the
     summary."""
-    summary = summarize(paper, runs, precheck)
+    summary = summarize(paper, runs, precheck, ctx.preset)
     seeds = sorted({s for by_seed in runs.values() for s in by_seed})
     (ctx.out / "results.md").write_text(results_markdown(paper, summary, precheck, seeds))
     everything = {

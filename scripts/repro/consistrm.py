@@ -63,7 +63,7 @@ PRESETS: dict[str, Preset] = {
     "cpu-varied": Preset("cpu-varied", (0, 1, 2), 180, _settings(
         max_value=9, judge_style="varied", lazy_copies=2, reflection_every=0, sft_steps=144,
         lr=1e-5, gate={"majority_over_greedy": 0.05, "pseudo_over_sample": 0.05}),
-        forcible=False),
+        forcible=False, verdict_seeds=3, control=("rft", "warm")),
     # the GPU window (bash scripts/gpu_paper.sh consistrm; docs/grm.md): cpu-varied's design on
     # a judge trained from random weights inside the command (mid-llama: it first learns every
     # question's arithmetic, fact_copies rows each, beside the varied judgments), same gate
@@ -73,7 +73,7 @@ PRESETS: dict[str, Preset] = {
         reflection_every=0, sft_steps=1500, sft_lr=1e-3, sft_batch_size=64, max_length=512,
         max_new_tokens=136, eval_batch_size=96, val_batch_size=96, micro_batch_size=32,
         lr=5e-5, probe_steps=1, gate={"majority_over_greedy": 0.05, "pseudo_over_sample": 0.05}),
-        forcible=False),
+        forcible=False, verdict_seeds=3, control=("rft", "warm")),
     "gpu": Preset("gpu", (0, 1, 2), 60 * 24 * 3, GPU_SETTINGS),
     "smoke": Preset("smoke", (0, 1), 1, _settings(
         model="builtin:tiny-llama", sft_config="configs/sft/tiny.yaml", in_process=True,

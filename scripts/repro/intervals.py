@@ -200,7 +200,9 @@ def clustered_difference(
     """Treatment minus baseline, the mean over rows and the seeds both arms have, with a
     percentile-bootstrap 95 % interval that resamples clusters of rows (``clusters``: row id ->
     cluster, e.g. the pair a row shows in one order; default: each row its own cluster) with
-    replacement, the same resampled rows for every seed and both arms. ``n``: the seeds."""
+    replacement, the same resampled rows for every seed and both arms. ``n``: the seeds. With
+    two or more seeds the t-interval of the per-seed differences (each the mean over the rows)
+    goes beside it (``t_low`` / ``t_high``): a verdict needs both to exclude 0."""
     seeds = sorted(set(treatment) & set(baseline), key=str)
     rows = sorted(set.intersection(*(set(treatment[s]) & set(baseline[s]) for s in seeds))
                   if seeds else set())  # fmt: skip
@@ -215,7 +217,7 @@ def clustered_difference(
     sizes = np.array([diff.shape[0] * len(idx) for idx in by_cluster.values()], float)
     mean = float(totals.sum() / sizes.sum())
     if len(totals) < 2 or np.ptp(totals / sizes) == 0:
-        return Interval(mean, mean, mean, len(seeds), method)
+        return Interval(mean, mean, mean, len(seeds), method)  # every row the same difference
 
     def ratio(t: np.ndarray, s: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.asarray(t.sum(axis=axis) / s.sum(axis=axis))
@@ -224,7 +226,9 @@ def clustered_difference(
     res = stats.bootstrap((totals, sizes), ratio, paired=True, n_resamples=RESAMPLES,
                           method="percentile", rng=rng)  # fmt: skip
     low, high = res.confidence_interval
-    return Interval(mean, float(low), float(high), len(seeds), method)
+    t = Interval.of([float(d) for d in diff.mean(axis=1)]) if len(seeds) >= 2 else None
+    return Interval(mean, float(low), float(high), len(seeds), method,
+                    None if t is None else t.low, None if t is None else t.high)  # fmt: skip
 
 
 # ------------------------------------------------------------------ per arm, per difference

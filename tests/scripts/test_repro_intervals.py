@@ -192,3 +192,50 @@ def test_a_figure_an_arm_does_not_measure_is_left_out_not_scored_worst() -> None
     assert summary["differences"]["free - base"]["pseudo"]["mean"] == pytest.approx(-0.6)
     table = results_markdown(Fake(), summary, {"go": True}, [0])
     assert "| gold | 0.800 (1 seed) | n/a |" in table
+
+
+def test_a_pooled_judge_interval_carries_the_per_seed_t_interval_beside_it() -> None:
+    rows = [f"r{i}" for i in range(8)]
+    clusters = {r: f"pair{i // 2}" for i, r in enumerate(rows)}
+    base = {s: dict.fromkeys(rows, 0.0) for s in (0, 1)}
+    # seed 0: 6 of 8 rows right, seed 1: 2 of 8: the pooled bootstrap may exclude 0, the
+    # t-interval over the two per-seed differences (0.75, 0.25; df 1) cannot
+    treat = {0: {r: float(i < 6) for i, r in enumerate(rows)},
+             1: {r: float(i < 2) for i, r in enumerate(rows)}}  # fmt: skip
+    diff = iv.clustered_difference(treat, base, clusters)
+    t = iv.Interval.of([0.75, 0.25])
+    assert (diff.t_low, diff.t_high) == pytest.approx((t.low, t.high))
+    assert diff.low > 0 and not diff.excludes_zero() and verdict(diff, +1) == "not shown"
+    one = iv.clustered_difference({0: treat[0]}, {0: base[0]}, clusters)
+    assert one.t_low is None  # one seed: no t-interval
+
+
+def test_a_presets_seed_count_and_positive_control_decide_the_verdict() -> None:
+    from repro.common import Paper, Preset, Primary
+
+    class Fake(Paper):
+        name, arms = "fake", ("gold", "free", "base")
+        primary = Primary("acc", "free", "base", +1)
+        table_metrics = ("acc",)
+
+    def runs(gold: list[float] | None, seeds: int = 3) -> dict:
+        out = {"free": {s: {"acc": 0.8 + 0.01 * s} for s in range(seeds)},
+               "base": {s: {"acc": 0.5} for s in range(seeds)}}  # fmt: skip
+        if gold is not None:
+            out["gold"] = {s: {"acc": g} for s, g in enumerate(gold[:seeds])}
+        return out
+
+    preset = Preset("p", (0, 1, 2), 1, verdict_seeds=3, control=("gold", "base"))
+    plain = Preset("q", (0, 1, 2), 1)
+    go = {"go": True}
+    assert summarize(Fake(), runs([0.9, 0.91, 0.92]), go, plain)["primary"]["verdict"] == (
+        "reproduced"
+    )
+    assert summarize(Fake(), runs([0.9, 0.91], 2), go, preset)["primary"]["verdict"] == (
+        "too few seeds (the rule registered 3)"
+    )
+    assert "did not run" in summarize(Fake(), runs(None), go, preset)["primary"]["verdict"]
+    flat = summarize(Fake(), runs([0.4, 0.6, 0.5]), go, preset)  # the control straddles 0
+    assert flat["primary"]["verdict"].startswith("not testable") and flat["control"]["n"] == 3
+    moved = summarize(Fake(), runs([0.9, 0.91, 0.92]), go, preset)
+    assert moved["primary"]["verdict"] == "reproduced" and moved["control"]["low"] > 0
