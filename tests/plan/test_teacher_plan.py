@@ -44,3 +44,20 @@ def test_a_served_teacher_holds_nothing_on_the_training_gpu(
     assert [(name, i["bytes"]) for name, i in items.items()] == [
         (f"distillation teacher: {TEACHER}", 0)
     ]
+
+
+def test_the_plan_command_from_another_folder_lists_the_teacher(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    config = tmp_path / "my_distill.yaml"
+    shutil.copy(CONFIG, config)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "lit-rlhf"), "plan", "--config", str(config)],
+        cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"distillation teacher: {TEACHER} (float32)" in done.stdout
