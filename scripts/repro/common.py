@@ -256,6 +256,11 @@ def apply_registered_rule(summary: dict[str, Any], preset: Preset,
     """A preset's own rule on top of the verdict: its seed count, then its positive control
     (kept in ``summary["control"]``)."""
     primary = summary["primary"]
+    control = None
+    if preset.control is not None and preset.control[0] in runs:
+        treatment, baseline = preset.control  # recorded whatever the verdict, read beside it
+        control = paired_difference(runs, primary["metric"], treatment, baseline, kind)
+        summary["control"] = {"treatment": treatment, "baseline": baseline, **control.as_dict()}
     if primary["verdict"].startswith("not testable"):
         return
     if primary["difference"].get("n", 0) < preset.verdict_seeds:
@@ -264,12 +269,9 @@ def apply_registered_rule(summary: dict[str, Any], preset: Preset,
     if preset.control is None:
         return
     treatment, baseline = preset.control
-    if treatment not in runs:
+    if control is None:
         primary["verdict"] = f"no verdict: the registered control {treatment} did not run"
-        return
-    control = paired_difference(runs, primary["metric"], treatment, baseline, kind)
-    summary["control"] = {"treatment": treatment, "baseline": baseline, **control.as_dict()}
-    if not (control.excludes_zero() and control.mean > 0):
+    elif not (control.excludes_zero() and control.mean > 0):
         primary["verdict"] = (f"not testable at this scale: the control {treatment} - "
                               f"{baseline} does not exclude 0 on the positive side")  # fmt: skip
 

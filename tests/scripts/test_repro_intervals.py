@@ -231,9 +231,9 @@ def test_a_presets_seed_count_and_positive_control_decide_the_verdict() -> None:
     assert summarize(Fake(), runs([0.9, 0.91, 0.92]), go, plain)["primary"]["verdict"] == (
         "reproduced"
     )
-    assert summarize(Fake(), runs([0.9, 0.91], 2), go, preset)["primary"]["verdict"] == (
-        "too few seeds (the rule registered 3)"
-    )
+    early = summarize(Fake(), runs([0.9, 0.91], 2), go, preset)
+    assert early["primary"]["verdict"] == "too few seeds (the rule registered 3)"
+    assert early["control"]["n"] == 2  # the control is recorded before the seeds are in
     assert "did not run" in summarize(Fake(), runs(None), go, preset)["primary"]["verdict"]
     flat = summarize(Fake(), runs([0.4, 0.6, 0.5]), go, preset)  # the control straddles 0
     assert flat["primary"]["verdict"].startswith("not testable") and flat["control"]["n"] == 3
