@@ -60,8 +60,9 @@ class ExportedModelHooks:
 def module_callbacks() -> list[Callback]:
     """The callbacks every lit-rlhf module returns from ``configure_callbacks``: exact resumes
     (the global generators; a fresh loader after an epoch-end checkpoint, the loader position at
-    another world size), a plain progress line per step when stdout is not a terminal, and the
-    completions table of a step that returns one (``rollout.log_completions``), and the pending
-    metrics row in every checkpoint, whichever callback saves it (:class:`UnloggedRow`)."""
+    another world size), plain progress lines (one per 5 s at most) when stdout is not a
+    terminal, the completions table of a step that returns one (``rollout.log_completions``),
+    and the pending metrics row in every checkpoint, whichever callback saves it
+    (:class:`UnloggedRow`)."""
     return [GlobalRNGState(), EpochEndLoaderReset(), PlainProgress(), CompletionTable(),
             UnloggedRow()]  # fmt: skip
