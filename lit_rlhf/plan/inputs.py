@@ -115,7 +115,8 @@ def deepspeed_strategy(args: Mapping[str, Any], name: str, half: bool) -> Strate
     if not zero.get("contiguous_gradients", args.get("contiguous_gradients", True)):
         bucket = 0  # no preallocated bucket
     overlap = bool(zero.get("overlap_comm", args.get("overlap_comm", True)))
-    return Strategy("deepspeed", stage, offload_opt, offload_params, half, bucket, overlap)
+    reuse = int(float(zero.get("stage3_max_reuse_distance", 1e9)))
+    return Strategy("deepspeed", stage, offload_opt, offload_params, half, bucket, overlap, reuse)
 
 
 def offloads(section: Any) -> bool:

@@ -54,6 +54,17 @@ class Strategy:
     # contiguous_gradients; ZeRO-1/2 double them with overlap_comm (0: none)
     reduce_bucket: int = 200_000_000
     overlap_comm: bool = True
+    # ZeRO-3: a gathered parameter is kept when its next use lies within this many parameters
+    # of the step's trace (stage3_max_reuse_distance)
+    max_reuse: int = 1_000_000_000
+
+    def gathered(self, params: int, largest_layer: int) -> int:
+        """ZeRO-3's gathered parameters per GPU at the end of forward, from the second step on
+        (the first records the trace): a parameter reused in backward within ``max_reuse``
+        parameters stays gathered. The backward walks the layers in reverse, so those are the
+        last ``max_reuse / 2`` of forward: a model under that stays gathered whole. At least the
+        largest layer."""
+        return max(largest_layer, min(params, self.max_reuse // 2))
 
     @property
     def label(self) -> str:
@@ -126,15 +137,18 @@ def model_state_items(
         where = strategy.label
         sharded_w = strategy.stage == 3 or strategy.offload_parameters
         weights = min(total, int(2 * p / world) if sharded_w else 2 * p)
+        live = 0
         if strategy.stage == 3:
             weights = min(total, 4 * largest_layer + weights)
+            # DeepSpeed's estimate gathers the largest layer; those kept for reuse beside it
+            live = 2 * (strategy.gathered(p, largest_layer) - largest_layer)
         rest = total - weights
         state_note = "float32 masters and Adam moments" + (
             " on the CPU" if strategy.offload_optimizer else f" ({where} partition)"
         )
         return [
-            Item(f"{role}: weights (bf16)", weights, "both", "state",
-                 "16-bit weights" + (" partition + the largest layer gathered"
+            Item(f"{role}: weights (bf16)", weights + live, "both", "state",
+                 "16-bit weights" + (" partition + those gathered (largest layer, reuse)"
                                      if strategy.stage == 3 else "")),
             Item(f"{role}: gradients, float32 masters, Adam", rest, "both", "state",
                  state_note + "; 16-bit and float32 gradients"),
@@ -157,10 +171,11 @@ def deepspeed_fp32_items(
     role: str, p: int, largest_layer: int, strategy: Strategy, world: int
 ) -> list[Item]:
     """DeepSpeed training in float32 (DeepSpeed's estimators assume 16-bit weights): the
-    weights whole (ZeRO-3: their partition and the largest layer gathered), and over the
+    weights whole (ZeRO-3: their partition and :meth:`Strategy.gathered`), and over the
     ranks a float32 copy of the partition (DeepSpeed clones it even from float32 weights), Adam's
     moments and the gradient partition (ZeRO-1: the gradients whole)."""
-    weights = 4 * p // world + 4 * largest_layer if strategy.stage == 3 else 4 * p
+    gathered = 4 * strategy.gathered(p, largest_layer)
+    weights = 4 * p // world + gathered if strategy.stage == 3 else 4 * p
     grads = 4 * p if strategy.stage == 1 else 4 * p // world
     return [
         Item(f"{role}: weights (float32)", weights, "both", "state", strategy.label),

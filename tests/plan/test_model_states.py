@@ -167,3 +167,30 @@ def test_fsdp2_divides_the_states_by_the_world_and_gathers_one_layer() -> None:
     # 16 bytes per float32 parameter over 8 ranks, plus one float32 layer gathered whole
     assert sum(i.bytes for i in items) == 16 * 10**9 + 4 * 10**8
     assert "FSDP shard" in items[0].note
+
+
+def test_zero3_counts_what_the_reuse_distance_keeps_gathered() -> None:
+    """Under the default stage3_max_reuse_distance (1e9) a model under 5e8 parameters stays
+    gathered whole from forward to backward (the CPU measurement of ZeRO-3 saw all of mid-llama's
+    weights live); a 7B model keeps its largest layer, as DeepSpeed's estimator says; a config's
+    own distance is read."""
+    from lit_rlhf.plan.inputs import deepspeed_strategy
+
+    params, largest, world = 400_000_000, 50_000_000, 8
+    default = Strategy("deepspeed", 3)
+    assert default.gathered(params, largest) == params
+    assert default.gathered(7_615_616_512, 152064 * 3584) == 152064 * 3584
+    items = model_state_items("policy", params, largest, dtype="bfloat16", strategy=default,
+                              world=world)  # fmt: skip
+    estimator = deepspeed_gpu_bytes(params, largest, world, default)
+    assert sum(i.bytes for i in items) == estimator + 2 * (params - largest)
+
+    tight = deepspeed_strategy({"config": {"zero_optimization": {
+        "stage": 3, "stage3_max_reuse_distance": 1e7}}}, "deepspeed", True)  # fmt: skip
+    assert tight.max_reuse == 10_000_000 and tight.gathered(params, largest) == largest
+    items = model_state_items("policy", params, largest, dtype="bfloat16", strategy=tight,
+                              world=world)  # fmt: skip
+    assert sum(i.bytes for i in items) == estimator
+    fp32 = model_state_items("policy", params, largest, dtype="float32",
+                             strategy=replace(default, half=False), world=world)  # fmt: skip
+    assert fp32[0].bytes == 4 * params // world + 4 * params
